@@ -1,0 +1,73 @@
+"""Parsing of storage URLs (``scheme://...``), shared by every backend registry.
+
+A leaf module: it imports nothing from statekeeper except :mod:`statekeeper.errors`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from statekeeper.errors import ConfigurationError
+
+__all__ = ["StorageURL", "parse_url", "redact"]
+
+
+@dataclass(frozen=True)
+class StorageURL:
+    """A parsed storage URL.
+
+    ``path`` is the percent-decoded path exactly as written after the authority (for
+    ``sqlite:///a.db`` it is ``/a.db``); backends decide what it means.
+    """
+
+    raw: str
+    scheme: str
+    netloc: str
+    path: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
+    """Split ``url`` into scheme, authority, path and query options.
+
+    Raises:
+        ConfigurationError: ``url`` is not a string, has no ``scheme://``, names a scheme
+            not in ``known_schemes``, or repeats a query option.
+    """
+    known = ", ".join(f"{s}://" for s in known_schemes)
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"not a storage URL: {redact(url)!r}; expected scheme://..., one of: {known}"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed storage URL {redact(url)!r}: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in known_schemes:
+        raise ConfigurationError(
+            f"unknown storage scheme {scheme + '://'!r} in {redact(url)!r}; known schemes: {known}"
+        )
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in options:
+            raise ConfigurationError(f"option {key!r} is given twice in {redact(url)!r}")
+        options[key] = value
+    return StorageURL(
+        raw=url, scheme=scheme, netloc=parts.netloc, path=unquote(parts.path), options=options
+    )
+
+
+def redact(url: object) -> str:
+    """Return ``url`` as text with any password replaced by ``***`` (safe for messages)."""
+    text = str(url)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return text
+    if parts.password is None:
+        return text
+    userinfo, _, hostinfo = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return parts._replace(netloc=f"{user}:***@{hostinfo}").geturl()

@@ -1,0 +1,143 @@
+"""How every backend turns values into stored bytes and back.
+
+All payloads go through the saver's ``serde`` (so ``EncryptedSerializer`` and
+``with_allowlist`` keep working); nothing here pickles. On top of ``serde`` this module adds
+two guarantees shared by every backend:
+
+* exactness: a value that ``serde`` would silently alter (LangGraph's msgpack encoder turns
+  lone surrogates such as ``"\\ud800"`` into ``"?"``) raises :class:`SerializationError`
+  instead of being stored altered;
+* compactness: payloads of at least :data:`COMPRESS_MIN_BYTES` are zlib-compressed when
+  that saves space. The codec is stored next to the bytes, so reading never guesses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper.errors import InvalidIdError, SerializationError
+
+__all__ = ["COMPRESS_MIN_BYTES", "EMPTY", "check_id", "decode", "encode"]
+
+COMPRESS_MIN_BYTES = 1024
+_ZLIB_LEVEL = 3  # close to level 6's ratio on chat text at about half its cost
+EMPTY = ("empty", "", b"")  # stored for a channel version that has no value
+
+
+def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[str, str, bytes]:
+    """Serialise ``value`` to ``(type, codec, bytes)``.
+
+    Raises:
+        SerializationError: ``serde`` cannot encode the value, or would alter it.
+    """
+    try:
+        type_, data = serde.dumps_typed(value)
+    except Exception as exc:  # serde raises TypeError, ormsgpack errors, ...
+        where = _find_surrogate(value, "value")
+        detail = f"the string at {where} contains a lone surrogate" if where else str(exc)
+        raise SerializationError(
+            f"cannot serialise a {type(value).__name__}: {detail}; store only values the "
+            "checkpointer's serde supports (encode unpaired surrogates first)"
+        ) from exc
+    # msgpack replaces lone surrogates with "?": only a payload containing "?" (or one we
+    # cannot inspect because it is encrypted) can have been altered, so only then scan.
+    if type_.startswith("msgpack") and (type_ != "msgpack" or b"?" in data):
+        where = _find_surrogate(value, "value")
+        if where is not None:
+            raise SerializationError(
+                f"the string at {where} contains a lone surrogate, which the serializer "
+                "would silently replace with '?'; encode it first (e.g. with "
+                "str.encode('utf-8', 'surrogatepass')) or store it as bytes"
+            )
+    codec = ""
+    if compress and len(data) >= COMPRESS_MIN_BYTES:
+        packed = zlib.compress(data, _ZLIB_LEVEL)
+        if len(packed) < len(data) * 0.9:
+            data, codec = packed, "zlib"
+    return type_, codec, data
+
+
+def decode(serde: SerializerProtocol, type_: str, codec: str, data: bytes) -> Any:
+    """Inverse of :func:`encode`.
+
+    Raises:
+        SerializationError: the bytes are corrupt or use an unknown codec.
+    """
+    if codec == "zlib":
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as exc:
+            raise SerializationError(f"a stored payload is corrupt (zlib: {exc})") from exc
+    elif codec:
+        raise SerializationError(
+            f"a stored payload uses codec {codec!r}, unknown to this statekeeper; upgrade it"
+        )
+    try:
+        return serde.loads_typed((type_, data))
+    except Exception as exc:
+        raise SerializationError(
+            f"cannot deserialise a stored {type_!r} payload: {exc}; it is corrupt or was "
+            "written with another serde (e.g. a different encryption key)"
+        ) from exc
+
+
+def check_id(value: object, what: str, *, allow_empty: bool = False) -> str:
+    """Return ``value`` as a storable id, or raise :class:`InvalidIdError` saying why.
+
+    Any unicode text is accepted (NUL, ``/``, ``..``, ``%`` and ``*`` included: ids are
+    always bound as parameters, never spliced into paths, patterns or SQL); ints are
+    converted to text. Rejected: other types, empty text where not allowed, and lone
+    surrogates (they are not encodable as UTF-8, so no backend could store them exactly).
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str):
+        raise InvalidIdError(f"{what} must be a string, got {type(value).__name__}")
+    if not value and not allow_empty:
+        raise InvalidIdError(f"{what} must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidIdError(
+            f"{what} {value!r} contains a lone surrogate at index {exc.start}; "
+            "ids must be valid unicode text"
+        ) from None
+    return value
+
+
+def _find_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
+    """Return the path of the first string holding a lone surrogate inside ``obj``."""
+    if depth > 64:
+        return None
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(obj, bytes | bytearray | int | float | bool) or obj is None:
+        return None
+    if isinstance(obj, Mapping):
+        for key, item in obj.items():
+            found = _find_surrogate(key, f"{path} key {key!r}", depth + 1) or _find_surrogate(
+                item, f"{path}[{key!r}]", depth + 1
+            )
+            if found:
+                return found
+        return None
+    if isinstance(obj, list | tuple | set | frozenset):
+        for index, item in enumerate(obj):
+            if found := _find_surrogate(item, f"{path}[{index}]", depth + 1):
+                return found
+        return None
+    if dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
+        fields = vars(obj) if hasattr(obj, "__dict__") else dataclasses.asdict(obj)
+        for name, item in fields.items():
+            if found := _find_surrogate(item, f"{path}.{name}", depth + 1):
+                return found
+    return None
