@@ -19,14 +19,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from statekeeper.errors import InvalidIdError, SerializationError
 
-__all__ = ["COMPRESS_MIN_BYTES", "EMPTY", "check_id", "decode", "encode"]
+__all__ = ["COMPRESS_MIN_BYTES", "EMPTY", "check_id", "decode", "encode", "safe_serde"]
 
 COMPRESS_MIN_BYTES = 1024
 _ZLIB_LEVEL = 3  # close to level 6's ratio on chat text at about half its cost
 EMPTY = ("empty", "", b"")  # stored for a channel version that has no value
+
+
+def safe_serde() -> SerializerProtocol:
+    """The default serializer: LangGraph's, restricted to its allowlist of safe types.
+
+    LangGraph's default serializer rebuilds *any* importable type named in the stored
+    bytes (so a crafted checkpoint can call ``os.system``); strict mode refuses types off
+    the allowlist. ``StateGraph.compile`` extends the allowlist with the state schema's
+    types through ``with_allowlist``; other types can be added the same way:
+    ``saver.with_allowlist([("my.module", "MyType")])``.
+    """
+    return JsonPlusSerializer(allowed_msgpack_modules=None)
 
 
 def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[str, str, bytes]:

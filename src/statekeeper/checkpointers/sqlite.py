@@ -49,7 +49,7 @@ from statekeeper.checkpointers._common import (
     merged_metadata,
     next_version,
 )
-from statekeeper.checkpointers._payload import EMPTY, check_id, decode, encode
+from statekeeper.checkpointers._payload import EMPTY, check_id, decode, encode, safe_serde
 from statekeeper.errors import ConfigurationError, ThreadExistsError
 
 __all__ = ["MIGRATIONS", "SqliteCheckpointer"]
@@ -135,7 +135,9 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
 
     Args:
         path: the database file; created with its parent directories if missing.
-        serde: the serializer for every payload (default: LangGraph's JsonPlusSerializer).
+        serde: the serializer for every payload. The default is LangGraph's
+            ``JsonPlusSerializer`` in strict mode (see :func:`safe_serde`): stored bytes
+            can only rebuild safe types plus those of the graph's state schema.
         busy_timeout: seconds a writer waits for another process's write lock.
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
 
@@ -152,7 +154,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
         busy_timeout: float = 30.0,
         compress: bool = True,
     ) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde or safe_serde())
         self.compress = compress
         self._db = Database(
             path, component="checkpoints", migrations=MIGRATIONS, busy_timeout=busy_timeout

@@ -1,0 +1,353 @@
+"""What only the SQLite backend promises: schema migrations, storage layout, WAL and
+locking settings, parameterised SQL, encryption at rest and safe deserialisation."""
+
+from __future__ import annotations
+
+import operator
+import sqlite3
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import ormsgpack
+import pytest
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_config,
+    generate_metadata,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import START, StateGraph
+
+from statekeeper._sqlite import Database
+from statekeeper.checkpointers.sqlite import MIGRATIONS, SqliteCheckpointer
+from statekeeper.errors import SchemaVersionError, StorageError
+
+LATEST = MIGRATIONS[-1].version
+
+
+def _put(saver: SqliteCheckpointer, thread: str, values: dict[str, Any], **meta: Any) -> dict:
+    checkpoint = generate_checkpoint(channel_values=values)
+    versions = {channel: saver.get_next_version(None, None) for channel in values}
+    checkpoint["channel_versions"] = versions
+    return saver.put(generate_config(thread), checkpoint, generate_metadata(**meta), versions)
+
+
+def _migration_versions(path: Path) -> list[int]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(
+            "SELECT version FROM statekeeper_migrations WHERE component = 'checkpoints'"
+            " ORDER BY version"
+        ).fetchall()
+    return [version for (version,) in rows]
+
+
+# -- schema migrations ---------------------------------------------------------------
+
+
+def test_new_database_is_at_the_latest_schema(tmp_path: Path) -> None:
+    SqliteCheckpointer(str(tmp_path / "s.db")).close()
+    assert _migration_versions(tmp_path / "s.db") == [m.version for m in MIGRATIONS]
+
+
+def test_older_database_is_upgraded_once_and_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    Database(path, component="checkpoints", migrations=MIGRATIONS[:1]).close()
+    with SqliteCheckpointer(str(path)) as saver:  # upgrades to the latest...
+        _put(saver, "t", {"a": "kept"})
+    assert _migration_versions(path) == [m.version for m in MIGRATIONS]
+
+    # ...while a database left at version 1 with data in it upgrades without losing it.
+    older = tmp_path / "older.db"
+    old_db = Database(older, component="checkpoints", migrations=MIGRATIONS[:1])
+    old_db.close()
+    with SqliteCheckpointer(str(older)) as saver:
+        stored = _put(saver, "t", {"a": "kept"})
+    with sqlite3.connect(older) as conn:
+        conn.execute("DROP INDEX checkpoints_newest")
+        conn.execute("DROP INDEX checkpoints_thread_newest")
+        conn.execute("DROP INDEX checkpoints_run")
+        conn.execute("DELETE FROM statekeeper_migrations WHERE version > 1")
+    for _ in range(2):  # the second open has nothing left to do
+        with SqliteCheckpointer(str(older)) as saver:
+            loaded = saver.get_tuple(stored)
+            assert loaded is not None
+            assert loaded.checkpoint["channel_values"] == {"a": "kept"}
+        assert _migration_versions(older) == [m.version for m in MIGRATIONS]
+    with sqlite3.connect(older) as conn:
+        indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"checkpoints_newest", "checkpoints_thread_newest", "checkpoints_run"} <= indexes
+
+
+def test_database_from_a_newer_version_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with SqliteCheckpointer(str(path)) as saver:
+        _put(saver, "t", {"a": 1})
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO statekeeper_migrations VALUES ('checkpoints', ?, 'future', 'later')",
+            (LATEST + 1,),
+        )
+    before = path.read_bytes()
+    with pytest.raises(SchemaVersionError, match=f"version {LATEST + 1}.*upgrade statekeeper"):
+        SqliteCheckpointer(str(path))
+    assert path.read_bytes() == before
+
+
+def test_a_file_that_is_not_a_database_gets_a_clear_error_and_is_not_modified(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are my notes, not a database\n" * 200)
+    before = path.read_bytes()
+    with pytest.raises(StorageError, match="not a SQLite database or is corrupt"):
+        SqliteCheckpointer(str(path))
+    assert path.read_bytes() == before
+
+
+def test_unwritable_location_gets_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match="cannot create the directory"):
+        SqliteCheckpointer(str(blocker / "sub" / "s.db"))
+
+
+def test_closed_checkpointer_says_so(tmp_path: Path) -> None:
+    saver = SqliteCheckpointer(str(tmp_path / "s.db"))
+    saver.close()
+    saver.close()  # idempotent
+    with pytest.raises(StorageError, match="closed"):
+        saver.get_tuple(generate_config("t"))
+
+
+# -- settings and layout ---------------------------------------------------------------
+
+
+def test_wal_and_busy_timeout_are_set(tmp_path: Path) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db"), busy_timeout=7) as saver:
+        with saver._db.transaction(write=False) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 7000
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[str], operator.add]
+    topic: str
+    turns: int
+
+
+def _chat_graph(saver: Any) -> Any:
+    def reply(state: Chat) -> dict[str, Any]:
+        return {"messages": [f"reply {state['turns']}"], "turns": state["turns"] + 1}
+
+    builder = StateGraph(Chat)
+    builder.add_node("reply", reply)
+    builder.add_edge(START, "reply")
+    return builder.compile(checkpointer=saver)
+
+
+def test_each_channel_value_is_stored_once_per_version(tmp_path: Path) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        graph = _chat_graph(saver)
+        config = {"configurable": {"thread_id": "chat"}}
+        graph.invoke({"messages": ["hi"], "topic": "weather", "turns": 0}, config)
+        for _ in range(9):
+            graph.invoke({"messages": ["more"]}, config)
+        with saver._db.transaction(write=False) as conn:
+            topic_rows = conn.execute(
+                "SELECT COUNT(*) FROM blobs WHERE channel = 'topic'"
+            ).fetchone()[0]
+            message_rows = conn.execute(
+                "SELECT COUNT(*) FROM blobs WHERE channel = 'messages'"
+            ).fetchone()[0]
+            checkpoints = conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
+        history = list(graph.get_state_history(config))
+    assert checkpoints == len(history) == 30
+    # "topic" was written once and never changed: one row serves all 30 checkpoints.
+    assert topic_rows == 1
+    # "messages" changes twice per turn (the input, then the reply).
+    assert message_rows == 20
+    assert all(s.values["topic"] == "weather" for s in history if s.metadata["step"] >= 0)
+    assert history[0].values["messages"][-1] == "reply 9"
+
+
+def test_large_values_are_compressed_and_read_back_exactly(tmp_path: Path) -> None:
+    text = " ".join(f"word{i % 97}" for i in range(20_000))
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        stored = _put(saver, "t", {"doc": text})
+        with saver._db.transaction(write=False) as conn:
+            codec, size = conn.execute("SELECT codec, LENGTH(blob) FROM blobs").fetchone()
+        loaded = saver.get_tuple(stored)
+    assert codec == "zlib"
+    assert size < len(text) / 3
+    assert loaded is not None
+    assert loaded.checkpoint["channel_values"]["doc"] == text
+
+
+# -- security ----------------------------------------------------------------------------
+
+
+HOSTILE_KEYS = [
+    "a') OR 1=1 --",
+    "$.source') OR ('1'='1",
+    'x" OR "1"="1',
+    "source; DROP TABLE checkpoints; --",
+    "$[0]",
+    "*",
+]
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_metadata_filter_keys_are_never_spliced_into_sql(tmp_path: Path, key: str) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        _put(saver, "t1", {"a": 1}, source="loop")
+        _put(saver, "t2", {"a": 2}, **{key: "yes"})
+        statements: list[str] = []
+        with saver._db.transaction(write=False) as conn:
+            conn.set_trace_callback(statements.append)
+        try:
+            matched = list(saver.list(None, filter={key: "yes"}))
+            unmatched = list(saver.list(None, filter={key: "no"}))
+        finally:
+            with saver._db.transaction(write=False) as conn:
+                conn.set_trace_callback(None)
+        assert [t.config["configurable"]["thread_id"] for t in matched] == ["t2"]
+        assert unmatched == []
+        assert len(list(saver.list(None))) == 2  # nothing was dropped
+    assert statements, "the trace callback saw no statements"
+    # Expanded statements show bound values; the SQL text itself must not contain the key.
+    for statement in statements:
+        assert "DROP TABLE" not in statement.split("json_each(metadata) WHERE key = ")[0]
+
+
+def test_sql_text_is_constant_whatever_the_filter(tmp_path: Path) -> None:
+    """Filter keys and values travel only as parameters: the SQL text does not change."""
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        _put(saver, "t", {"a": 1})
+        seen: list[str] = []
+
+        def record(statement: str) -> None:
+            seen.append(statement)
+
+        with saver._db.transaction(write=False) as conn:
+            conn.set_trace_callback(record)
+        list(saver.list(None, filter={"k": "v"}))
+        first = list(seen)
+        seen.clear()
+        list(saver.list(None, filter={"'; DROP TABLE blobs; --": "'; DROP TABLE writes; --"}))
+        with saver._db.transaction(write=False) as conn:
+            conn.set_trace_callback(None)
+    # sqlite3 expands parameters in traces, so compare the statements' shapes.
+    assert len(first) == len(seen)
+
+
+def _aes_serde() -> EncryptedSerializer:
+    return EncryptedSerializer.from_pycryptodome_aes(key=b"0123456789abcdef0123456789abcdef")
+
+
+def test_encrypted_serde_leaves_no_value_in_plaintext(tmp_path: Path) -> None:
+    path = tmp_path / "secret.db"
+    secret = "the launch code is PLAINTEXT-CANARY-4242"
+    with SqliteCheckpointer(str(path), serde=_aes_serde()) as saver:
+        stored = _put(saver, "t", {"note": secret, "big": secret * 100})
+        saver.put_writes(stored, [("note", secret)], "task-1")
+        loaded = saver.get_tuple(stored)
+        assert loaded is not None
+        assert loaded.checkpoint["channel_values"]["note"] == secret
+        assert loaded.pending_writes == [("task-1", "note", secret)]
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir())
+    assert b"PLAINTEXT-CANARY" not in raw
+    assert b"PLAINTEXT-CANARY".hex().encode() not in raw
+
+
+def test_reading_with_the_wrong_key_fails_clearly(tmp_path: Path) -> None:
+    path = str(tmp_path / "secret.db")
+    with SqliteCheckpointer(path, serde=_aes_serde()) as saver:
+        stored = _put(saver, "t", {"note": "hello"})
+    wrong = EncryptedSerializer.from_pycryptodome_aes(key=b"X" * 32)
+    with (
+        SqliteCheckpointer(path, serde=wrong) as saver,
+        pytest.raises(Exception, match="another serde"),
+    ):
+        saver.get_tuple(stored)
+
+
+def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
+    """A crafted checkpoint naming os.system must not execute when loaded."""
+    canary = tmp_path / "pwned"
+    payload = ormsgpack.packb(
+        ormsgpack.Ext(0, ormsgpack.packb(["os", "system", f"touch {canary}"]))
+    )
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        stored = _put(saver, "t", {"a": "harmless"})
+        with saver._db.transaction(write=True) as conn:
+            conn.execute("UPDATE blobs SET type = 'msgpack', codec = '', blob = ?", (payload,))
+        loaded = saver.get_tuple(stored)
+    assert not canary.exists()
+    assert loaded is not None
+    assert loaded.checkpoint["channel_values"]["a"] == f"touch {canary}"  # inert data
+
+
+def test_pickled_payloads_are_refused(tmp_path: Path) -> None:
+    import pickle
+
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        stored = _put(saver, "t", {"a": "x"})
+        with saver._db.transaction(write=True) as conn:
+            conn.execute("UPDATE blobs SET type = 'pickle', blob = ?", (pickle.dumps("x"),))
+        with pytest.raises(Exception, match="cannot deserialise a stored 'pickle' payload"):
+            saver.get_tuple(stored)
+
+
+# -- DeltaChannel ------------------------------------------------------------------------
+
+
+def _append(state: list[str], writes: list[list[str]]) -> list[str]:
+    return state + [item for batch in writes for item in batch]
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=4)]
+
+
+def _log_graph(saver: Any) -> Any:
+    def step(state: Log) -> dict[str, Any]:
+        return {"log": [f"step {len(state['log'])}"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    return builder.compile(checkpointer=saver)
+
+
+def _run_log(saver: Any, turns: int) -> Any:
+    graph = _log_graph(saver)
+    config = {"configurable": {"thread_id": "log"}}
+    for turn in range(turns):
+        graph.invoke({"log": [f"input {turn}"]}, config)
+    return graph, config
+
+
+def test_delta_channels_rebuild_the_same_state_as_in_memory(tmp_path: Path) -> None:
+    reference, ref_config = _run_log(InMemorySaver(), 11)
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        graph, config = _run_log(saver, 11)
+        assert graph.get_state(config).values == reference.get_state(ref_config).values
+        ours = [s.values for s in graph.get_state_history(config)]
+        theirs = [s.values for s in reference.get_state_history(ref_config)]
+        assert ours == theirs
+
+
+def test_prune_keep_latest_keeps_what_delta_channels_need(tmp_path: Path) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        graph, config = _run_log(saver, 11)
+        before = graph.get_state(config).values
+        total = len(list(saver.list(config)))
+        saver.prune(["log"], strategy="keep_latest")
+        kept = len(list(saver.list(config)))
+        assert graph.get_state(config).values == before
+        assert 1 < kept < total  # the chain back to the last snapshot, no more
+        graph.invoke({"log": ["after prune"]}, config)
+        after = [*before["log"], "after prune", f"step {len(before['log']) + 1}"]
+        assert graph.get_state(config).values["log"] == after
