@@ -5,12 +5,14 @@ A leaf module: it imports nothing from statekeeper except :mod:`statekeeper.erro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from statekeeper.errors import ConfigurationError
 
-__all__ = ["StorageURL", "parse_url", "redact"]
+__all__ = ["StorageURL", "parse_options", "parse_url", "redact"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +73,50 @@ def redact(url: object) -> str:
     userinfo, _, hostinfo = parts.netloc.rpartition("@")
     user = userinfo.split(":", 1)[0]
     return parts._replace(netloc=f"{user}:***@{hostinfo}").geturl()
+
+
+def parse_options(
+    backend: str,
+    known: Mapping[str, type],
+    url_options: Mapping[str, str],
+    keyword_options: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Merge a URL's query options (text, converted to ``known[name]``) with keyword
+    options (taken as given); keywords win.
+
+    Raises:
+        ConfigurationError: an option is unknown, or its text is not of its type.
+    """
+    merged: dict[str, Any] = {}
+    for name, text in url_options.items():
+        kind = _known(backend, known, name)
+        merged[name] = _convert(name, kind, text)
+    for name, value in keyword_options.items():
+        _known(backend, known, name)
+        merged[name] = value
+    return merged
+
+
+def _known(backend: str, known: Mapping[str, type], name: str) -> type:
+    if name not in known:
+        raise ConfigurationError(
+            f"unknown {backend} option {name!r}; known options: {', '.join(known)}"
+        )
+    return known[name]
+
+
+def _convert(name: str, kind: type, text: str) -> Any:
+    if kind is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigurationError(f"option {name} must be true or false, got {text!r}")
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            raise ConfigurationError(f"option {name} must be a number, got {text!r}") from None
+    if kind is str:
+        return text
+    raise ConfigurationError(f"option {name} cannot be set in a URL; pass it as a keyword")

@@ -3,8 +3,10 @@ locking settings, parameterised SQL, encryption at rest and safe deserialisation
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import sqlite3
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -19,6 +21,7 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
+from pydantic import BaseModel
 
 from statekeeper._sqlite import Database
 from statekeeper.checkpointers.sqlite import MIGRATIONS, SqliteCheckpointer
@@ -125,10 +128,10 @@ def test_closed_checkpointer_says_so(tmp_path: Path) -> None:
 
 
 def test_wal_and_busy_timeout_are_set(tmp_path: Path) -> None:
-    with SqliteCheckpointer(str(tmp_path / "s.db"), busy_timeout=7) as saver:
-        with saver._db.transaction(write=False) as conn:
-            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 7000
+    saver = SqliteCheckpointer(str(tmp_path / "s.db"), busy_timeout=7)
+    with saver, saver._db.transaction(write=False) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 7000
 
 
 class Chat(TypedDict):
@@ -351,3 +354,41 @@ def test_prune_keep_latest_keeps_what_delta_channels_need(tmp_path: Path) -> Non
         graph.invoke({"log": ["after prune"]}, config)
         after = [*before["log"], "after prune", f"step {len(before['log']) + 1}"]
         assert graph.get_state(config).values["log"] == after
+
+
+def test_hostile_bytes_cannot_construct_non_data_classes(tmp_path: Path) -> None:
+    """subprocess.Popen is a class, but not a data class: it must never be called."""
+    canary = tmp_path / "popen-ran"
+    payload = ormsgpack.packb(
+        ormsgpack.Ext(1, ormsgpack.packb(["subprocess", "Popen", [["touch", str(canary)]]]))
+    )
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        stored = _put(saver, "t", {"a": "harmless"})
+        with saver._db.transaction(write=True) as conn:
+            conn.execute("UPDATE blobs SET type = 'msgpack', codec = '', blob = ?", (payload,))
+        saver.get_tuple(stored)
+    assert not canary.exists()
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+@dataclasses.dataclass
+class Box:
+    label: str
+    points: list[Point]
+
+
+class Colour(Enum):
+    RED = "red"
+
+
+def test_data_classes_of_loaded_modules_round_trip_without_an_allowlist(tmp_path: Path) -> None:
+    value = {"box": Box("b", [Point(x=1, y=2)]), "colour": Colour.RED, "p": Point(x=3, y=4)}
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        stored = _put(saver, "t", {"v": value})
+        loaded = saver.get_tuple(stored)
+    assert loaded is not None
+    assert loaded.checkpoint["channel_values"]["v"] == value

@@ -14,12 +14,15 @@ two guarantees shared by every backend:
 from __future__ import annotations
 
 import dataclasses
+import sys
 import zlib
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _create_msgpack_ext_hook
+from pydantic import BaseModel
 
 from statekeeper.errors import InvalidIdError, SerializationError
 
@@ -31,15 +34,34 @@ EMPTY = ("empty", "", b"")  # stored for a channel version that has no value
 
 
 def safe_serde() -> SerializerProtocol:
-    """The default serializer: LangGraph's, restricted to its allowlist of safe types.
+    """The default serializer: LangGraph's, allowed to rebuild data types only.
 
-    LangGraph's default serializer rebuilds *any* importable type named in the stored
-    bytes (so a crafted checkpoint can call ``os.system``); strict mode refuses types off
-    the allowlist. ``StateGraph.compile`` extends the allowlist with the state schema's
-    types through ``with_allowlist``; other types can be added the same way:
-    ``saver.with_allowlist([("my.module", "MyType")])``.
+    LangGraph's default serializer imports any module and calls any callable named in the
+    stored bytes, so a crafted checkpoint can call ``os.system``. This one rebuilds
+    LangGraph's allowlisted types plus *data classes* — pydantic models, dataclasses,
+    enums and named tuples — from modules the process has already imported; anything
+    else comes back as inert data (with LangGraph's warning), and no module is imported.
+    State types are always loaded (the graph uses them), so graphs work unchanged.
     """
-    return JsonPlusSerializer(allowed_msgpack_modules=None)
+    hook = _create_msgpack_ext_hook(_LoadedDataTypes())  # type: ignore[arg-type]
+    return JsonPlusSerializer(allowed_msgpack_modules=None, __unpack_ext_hook__=hook)
+
+
+class _LoadedDataTypes:
+    """An allowlist, in the shape LangGraph's msgpack hook asks ``key in allowlist`` of."""
+
+    def __contains__(self, key: object) -> bool:
+        if not (isinstance(key, tuple) and len(key) == 2):
+            return False
+        module = sys.modules.get(key[0])  # never import: importing runs the module's code
+        cls = getattr(module, key[1], None) if module is not None else None
+        if not isinstance(cls, type):
+            return False
+        return (
+            issubclass(cls, BaseModel | Enum)
+            or dataclasses.is_dataclass(cls)
+            or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+        )
 
 
 def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[str, str, bytes]:

@@ -1,14 +1,9 @@
 """``SqliteCheckpointer``: the embedded default, on the standard library's ``sqlite3``.
 
-Storage layout (see ``MIGRATIONS``):
-
-* ``checkpoints`` — one row per checkpoint: the checkpoint without its channel values
-  (through ``serde``), metadata as canonical JSON (for filtering), the channel versions as
-  JSON (to find values without deserialising), the parent id and the run id.
-* ``blobs`` — each channel value once per (thread, namespace, channel, version). A
-  checkpoint stores only the channels in ``new_versions``; unchanged channels are read from
-  the version written earlier, so a long conversation is not rewritten at every step.
-* ``writes`` — pending writes per checkpoint, task and index, with their ``task_path``.
+Each channel value is stored once per (thread, namespace, channel, version): a checkpoint
+writes only the channels in ``new_versions`` and reads unchanged channels from the version
+written earlier, so a long conversation is not rewritten at every step. The schema and
+its queries live in :mod:`statekeeper.checkpointers._sqlite_queries`.
 
 Concurrency: one connection per process behind a lock (LangGraph calls ``put`` from
 background threads), WAL so readers never block writers, ``BEGIN IMMEDIATE`` so writers in
@@ -18,18 +13,14 @@ in a worker thread, so it never blocks the event loop.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from types import TracebackType
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
-    BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
@@ -40,97 +31,42 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._sqlite import MEMORY, Database, Migration
+from statekeeper._sqlite import MEMORY, Database
+from statekeeper._urls import parse_options
+from statekeeper.checkpointers._base import Checkpointer
 from statekeeper.checkpointers._common import (
     PRUNE_STRATEGIES,
     dump_metadata,
     location,
     matches,
     merged_metadata,
-    next_version,
 )
 from statekeeper.checkpointers._payload import EMPTY, check_id, decode, encode, safe_serde
+from statekeeper.checkpointers._sqlite_queries import (
+    COPY_COLUMNS,
+    INSERT_WRITE,
+    MIGRATIONS,
+    SELECT_CHECKPOINTS,
+    SELECT_VALUES,
+    SELECT_WRITES,
+    Raw,
+    Raws,
+    Row,
+    delete_checkpoints,
+    keep_latest,
+    list_where,
+    version_key,
+    walk_ancestors,
+)
 from statekeeper.errors import ConfigurationError, ThreadExistsError
 
-__all__ = ["MIGRATIONS", "SqliteCheckpointer"]
+__all__ = ["SqliteCheckpointer"]
 
-MIGRATIONS = (
-    Migration(
-        1,
-        "checkpoints, channel values and pending writes",
-        (
-            """CREATE TABLE checkpoints (
-                thread_id TEXT NOT NULL,
-                checkpoint_ns TEXT NOT NULL,
-                checkpoint_id TEXT NOT NULL,
-                parent_checkpoint_id TEXT,
-                run_id TEXT,
-                type TEXT NOT NULL,
-                codec TEXT NOT NULL,
-                checkpoint BLOB NOT NULL,
-                metadata TEXT NOT NULL,
-                channel_versions TEXT NOT NULL,
-                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id))""",
-            """CREATE TABLE blobs (
-                thread_id TEXT NOT NULL,
-                checkpoint_ns TEXT NOT NULL,
-                channel TEXT NOT NULL,
-                version TEXT NOT NULL,
-                type TEXT NOT NULL,
-                codec TEXT NOT NULL,
-                blob BLOB NOT NULL,
-                PRIMARY KEY (thread_id, checkpoint_ns, channel, version))""",
-            """CREATE TABLE writes (
-                thread_id TEXT NOT NULL,
-                checkpoint_ns TEXT NOT NULL,
-                checkpoint_id TEXT NOT NULL,
-                task_id TEXT NOT NULL,
-                idx INTEGER NOT NULL,
-                channel TEXT NOT NULL,
-                task_path TEXT NOT NULL,
-                type TEXT NOT NULL,
-                codec TEXT NOT NULL,
-                value BLOB NOT NULL,
-                PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx))""",
-        ),
-    ),
-    Migration(
-        2,
-        "indexes for newest-first listing and deletion by run",
-        (
-            "CREATE INDEX checkpoints_newest ON checkpoints (checkpoint_id)",
-            "CREATE INDEX checkpoints_thread_newest ON checkpoints (thread_id, checkpoint_id)",
-            "CREATE INDEX checkpoints_run ON checkpoints (run_id) WHERE run_id IS NOT NULL",
-        ),
-    ),
-)
-
-_SELECT_CHECKPOINTS = (
-    "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, codec,"
-    " checkpoint, metadata, channel_versions FROM checkpoints"
-)
-# Values of one checkpoint: its channel -> version map joined to the blobs table.
-_SELECT_VALUES = (
-    "SELECT b.channel, b.type, b.codec, b.blob FROM json_each(?) AS v CROSS JOIN blobs AS b"
-    " ON b.thread_id = ? AND b.checkpoint_ns = ? AND b.channel = v.key AND b.version = v.value"
-)
-_SELECT_WRITES = (
-    "SELECT task_id, channel, type, codec, value, task_path, idx FROM writes"
-    " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
-)
-_INSERT_WRITE = "INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _LIST_PAGE = 100
-_OPTIONS = {"busy_timeout": float, "compress": bool}
-
-Row = tuple[Any, ...]
-Rows = list[Row]
-# A checkpoint row with its value rows and write rows, read in one transaction and
-# decoded after it (so deserialisation never holds the database lock).
-Raw = tuple[Row, Rows, Rows]
-Raws = list[Raw]
+_OPTIONS: dict[str, type] = {"busy_timeout": float, "compress": bool, "serde": object}
 
 
-class SqliteCheckpointer(BaseCheckpointSaver[str]):
+class SqliteCheckpointer(Checkpointer):
     """A LangGraph checkpointer in one SQLite file (or in memory with ``":memory:"``).
 
     Args:
@@ -165,14 +101,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
         cls, path: str, url_options: Mapping[str, str], options: Mapping[str, Any]
     ) -> Self:
         """Build from URL query options (text) and keyword options; keywords win."""
-        kwargs: dict[str, Any] = {}
-        for name, text in url_options.items():
-            kwargs[name] = _parse_option(name, text)
-        for name, value in options.items():
-            if name not in (*_OPTIONS, "serde"):
-                raise ConfigurationError(_unknown_option(name))
-            kwargs[name] = value
-        return cls(path, **kwargs)
+        return cls(path, **parse_options("SQLite", _OPTIONS, url_options, options))
 
     @property
     def path(self) -> str:
@@ -184,28 +113,6 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Close the database. Idempotent; later calls raise StorageError."""
         self._db.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
@@ -219,13 +126,13 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
         with self._db.transaction(write=False) as conn:
             if checkpoint_id is None:
                 row = conn.execute(
-                    _SELECT_CHECKPOINTS + " WHERE thread_id = ? AND checkpoint_ns = ?"
+                    SELECT_CHECKPOINTS + " WHERE thread_id = ? AND checkpoint_ns = ?"
                     " ORDER BY checkpoint_id DESC LIMIT 1",
                     (thread_id, ns),
                 ).fetchone()
             else:
                 row = conn.execute(
-                    _SELECT_CHECKPOINTS
+                    SELECT_CHECKPOINTS
                     + " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
                     (thread_id, ns, checkpoint_id),
                 ).fetchone()
@@ -248,7 +155,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
         streams without holding the database lock between items."""
         if limit is not None and limit <= 0:
             return
-        where, params = _list_where(config, filter, before)
+        where, params = list_where(config, filter, before)
         remaining = limit
         after: tuple[str, str, str] | None = None
         while True:
@@ -275,7 +182,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
         if after is not None:
             clauses.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
             args.extend(after)
-        sql = _SELECT_CHECKPOINTS
+        sql = SELECT_CHECKPOINTS
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
@@ -291,8 +198,8 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
 
     def _read_rest(self, conn: sqlite3.Connection, row: Row) -> Raw:
         thread_id, ns, checkpoint_id = row[0], row[1], row[2]
-        values = conn.execute(_SELECT_VALUES, (row[8], thread_id, ns)).fetchall()
-        writes = conn.execute(_SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
+        values = conn.execute(SELECT_VALUES, (row[8], thread_id, ns)).fetchall()
+        writes = conn.execute(SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
         return row, values, writes
 
     def _decode(self, raw: Raw) -> CheckpointTuple:
@@ -334,7 +241,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
                 thread_id,
                 ns,
                 check_id(channel, "channel name", allow_empty=True),
-                _version_key(version),
+                version_key(version),
                 *(
                     encode(self.serde, values[channel], compress=self.compress)
                     if channel in values
@@ -353,7 +260,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
             run_id if isinstance(run_id, str) else None,
             *encode(self.serde, stripped, compress=self.compress),
             dump_metadata(stored_metadata),
-            json.dumps({ch: _version_key(v) for ch, v in checkpoint["channel_versions"].items()}),
+            json.dumps({ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}),
         )
         with self._db.transaction(write=True) as conn:
             conn.executemany(
@@ -394,12 +301,8 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         with self._db.transaction(write=True) as conn:
-            conn.executemany(f"INSERT OR IGNORE {_INSERT_WRITE}", [r for r in rows if r[4] >= 0])
-            conn.executemany(f"INSERT OR REPLACE {_INSERT_WRITE}", [r for r in rows if r[4] < 0])
-
-    def get_next_version(self, current: str | int | float | None, channel: None = None) -> str:
-        """A version greater than ``current`` (see :func:`next_version`)."""
-        return next_version(current)
+            conn.executemany(f"INSERT OR IGNORE {INSERT_WRITE}", [r for r in rows if r[4] >= 0])
+            conn.executemany(f"INSERT OR REPLACE {INSERT_WRITE}", [r for r in rows if r[4] < 0])
 
     # -- thread maintenance ------------------------------------------------------------
 
@@ -422,7 +325,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
                 " WHERE run_id IN (SELECT value FROM json_each(?))",
                 (json.dumps(ids),),
             ).fetchall()
-            _delete_checkpoints(conn, doomed)
+            delete_checkpoints(conn, doomed)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (the whole parent chain, all namespaces), value and write
@@ -442,7 +345,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
                     f"cannot copy thread {source!r} into {target!r}: {target!r} already has "
                     "checkpoints; delete it first or choose a new thread id"
                 )
-            for table, columns in _COPY_COLUMNS.items():
+            for table, columns in COPY_COLUMNS.items():
                 conn.execute(
                     f"INSERT INTO {table} SELECT ?, {columns} FROM {table} WHERE thread_id = ?",  # noqa: S608
                     (target, source),
@@ -469,7 +372,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
                     (thread_id,),
                 ).fetchall()
                 for (ns,) in namespaces:
-                    _keep_latest(conn, thread_id, ns)
+                    keep_latest(conn, thread_id, ns)
 
     # -- DeltaChannel support ------------------------------------------------------------
 
@@ -493,7 +396,7 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
             chains: dict[str, list[str]] = {ch: [] for ch in channels}
             seeds: dict[str, Row] = {}
             if checkpoint_id is not None:
-                chains, seeds = _walk_ancestors(conn, thread_id, ns, checkpoint_id, channels)
+                chains, seeds = walk_ancestors(conn, thread_id, ns, checkpoint_id, channels)
             write_rows = {
                 ch: conn.execute(
                     "SELECT checkpoint_id, task_id, type, codec, value, task_path, idx"
@@ -525,74 +428,6 @@ class SqliteCheckpointer(BaseCheckpointSaver[str]):
             result[ch] = entry
         return result
 
-    # -- async API: the same code in a worker thread -------------------------------------
-
-    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await asyncio.to_thread(self.get_tuple, config)
-
-    async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
-    ) -> AsyncIterator[CheckpointTuple]:
-        items = self.list(config, filter=filter, before=before, limit=limit)
-        while batch := await asyncio.to_thread(_take, items, _LIST_PAGE):
-            for item in batch:
-                yield item
-
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
-
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
-
-    async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
-
-    async def aget_delta_channel_history(
-        self, *, config: RunnableConfig, channels: Sequence[str]
-    ) -> Mapping[str, DeltaChannelHistory]:
-        return await asyncio.to_thread(
-            lambda: self.get_delta_channel_history(config=config, channels=channels)
-        )
-
-
-# Columns copied by copy_thread after the (replaced) thread_id column, in table order.
-_COPY_COLUMNS = {
-    "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, codec,"
-    " checkpoint, metadata, channel_versions",
-    "blobs": "checkpoint_ns, channel, version, type, codec, blob",
-    "writes": "checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, type, codec, value",
-}
-
-
-def _take(items: Iterator[CheckpointTuple], n: int) -> list[CheckpointTuple]:
-    return list(itertools.islice(items, n))
-
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {
@@ -602,187 +437,3 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
             "checkpoint_id": checkpoint_id,
         }
     }
-
-
-def _version_key(version: str | int | float) -> str:
-    # JSON keeps 1, 1.0 and "1" apart, so versions of any type map to distinct keys.
-    return json.dumps(version)
-
-
-def _list_where(
-    config: RunnableConfig | None,
-    filter: dict[str, Any] | None,
-    before: RunnableConfig | None,
-) -> tuple[list[str], list[Any]]:
-    """SQL conditions (all parameterised) that narrow a listing. Metadata filters on
-    scalars are pushed down; ``matches`` re-checks every row exactly afterwards."""
-    where: list[str] = []
-    params: list[Any] = []
-    if config is not None:
-        thread_id, _, checkpoint_id = location(config)
-        where.append("thread_id = ?")
-        params.append(thread_id)
-        ns = config["configurable"].get("checkpoint_ns")
-        if ns is not None:
-            where.append("checkpoint_ns = ?")
-            params.append(check_id(ns, "checkpoint_ns", allow_empty=True))
-        if checkpoint_id is not None:
-            where.append("checkpoint_id = ?")
-            params.append(checkpoint_id)
-    if before is not None:
-        _, _, before_id = location({"configurable": {"thread_id": "-", **before["configurable"]}})
-        if before_id is not None:
-            where.append("checkpoint_id < ?")
-            params.append(before_id)
-    for key, value in (filter or {}).items():
-        condition = _pushdown(key, value)
-        if condition is not None:
-            where.append(condition[0])
-            params.extend(condition[1])
-    return where, params
-
-
-def _pushdown(key: str, value: Any) -> tuple[str, tuple[Any, ...]] | None:
-    exists = "EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND {})"
-    try:
-        key.encode("utf-8")
-        if isinstance(value, str):
-            value.encode("utf-8")
-    except (AttributeError, UnicodeEncodeError):
-        return None  # not bindable: left to the exact check in Python
-    if isinstance(value, bool):
-        return exists.format("type = ?"), (key, "true" if value else "false")
-    if isinstance(value, int | float):
-        return exists.format("type IN ('integer', 'real') AND atom = ?"), (key, value)
-    if isinstance(value, str):
-        return exists.format("type = 'text' AND atom = ?"), (key, value)
-    return None
-
-
-def _delete_checkpoints(conn: sqlite3.Connection, keys: Sequence[Row]) -> None:
-    """Delete these (thread, namespace, checkpoint id)s with their writes, then the values
-    that no remaining checkpoint of their namespaces uses."""
-    conn.executemany(
-        "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-        keys,
-    )
-    conn.executemany(
-        "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-        keys,
-    )
-    for thread_id, ns in {(key[0], key[1]) for key in keys}:
-        used = {
-            (channel, version)
-            for (versions,) in conn.execute(
-                "SELECT channel_versions FROM checkpoints"
-                " WHERE thread_id = ? AND checkpoint_ns = ?",
-                (thread_id, ns),
-            )
-            for channel, version in json.loads(versions).items()
-        }
-        stored = conn.execute(
-            "SELECT channel, version FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?",
-            (thread_id, ns),
-        ).fetchall()
-        conn.executemany(
-            "DELETE FROM blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"
-            " AND version = ?",
-            [(thread_id, ns, ch, v) for ch, v in stored if (ch, v) not in used],
-        )
-
-
-def _keep_latest(conn: sqlite3.Connection, thread_id: str, ns: str) -> None:
-    newest = conn.execute(
-        "SELECT checkpoint_id, metadata FROM checkpoints WHERE thread_id = ? AND"
-        " checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1",
-        (thread_id, ns),
-    ).fetchone()
-    if newest is None:
-        return
-    keep = {newest[0]}
-    # LangGraph records its DeltaChannels here; their values are rebuilt from ancestors.
-    delta_channels = list(json.loads(newest[1]).get("counters_since_delta_snapshot") or {})
-    if delta_channels:
-        chains, _ = _walk_ancestors(conn, thread_id, ns, newest[0], delta_channels)
-        keep.update(itertools.chain.from_iterable(chains.values()))
-    doomed = [
-        (thread_id, ns, checkpoint_id)
-        for (checkpoint_id,) in conn.execute(
-            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?",
-            (thread_id, ns),
-        ).fetchall()
-        if checkpoint_id not in keep
-    ]
-    _delete_checkpoints(conn, doomed)
-
-
-def _walk_ancestors(
-    conn: sqlite3.Connection, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
-) -> tuple[dict[str, list[str]], dict[str, Row]]:
-    """Follow parent links from ``checkpoint_id`` (exclusive), nearest first. Per channel,
-    return the ancestors visited until one holds a value for it (inclusive), and that
-    value's ``(type, codec, bytes)`` row as the seed. One recursive query, read lazily."""
-    holding = {
-        (channel, version)
-        for channel, version in conn.execute(
-            "SELECT channel, version FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?"
-            " AND type != ? AND channel IN (SELECT value FROM json_each(?))",
-            (thread_id, ns, EMPTY[0], json.dumps(list(channels))),
-        )
-    }
-    chains: dict[str, list[str]] = {ch: [] for ch in channels}
-    seed_versions: dict[str, str] = {}
-    remaining = set(channels)
-    visited = {checkpoint_id}
-    cursor = conn.execute(
-        "WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, channel_versions) AS ("
-        " SELECT checkpoint_id, parent_checkpoint_id, channel_versions FROM checkpoints"
-        "  WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
-        " UNION ALL"
-        " SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channel_versions"
-        "  FROM chain CROSS JOIN checkpoints AS c ON c.thread_id = ? AND c.checkpoint_ns = ?"
-        "  AND c.checkpoint_id = chain.parent_checkpoint_id)"
-        " SELECT checkpoint_id, channel_versions FROM chain",
-        (thread_id, ns, checkpoint_id, thread_id, ns),
-    )
-    next(cursor, None)  # the target itself: its writes are not history yet
-    for ancestor, versions_json in cursor:
-        if ancestor in visited or not remaining:
-            break  # a re-put checkpoint can make a cycle; stop rather than loop
-        visited.add(ancestor)
-        versions = json.loads(versions_json)
-        for ch in list(remaining):
-            chains[ch].append(ancestor)
-            if (ch, versions.get(ch)) in holding:
-                seed_versions[ch] = versions[ch]
-                remaining.discard(ch)
-    cursor.close()
-    seeds = {
-        ch: conn.execute(
-            "SELECT type, codec, blob FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?"
-            " AND channel = ? AND version = ?",
-            (thread_id, ns, ch, version),
-        ).fetchone()
-        for ch, version in seed_versions.items()
-    }
-    return chains, seeds
-
-
-def _parse_option(name: str, text: str) -> Any:
-    kind = _OPTIONS.get(name)
-    if kind is None:
-        raise ConfigurationError(_unknown_option(name))
-    if kind is bool:
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ConfigurationError(f"option {name} must be true or false, got {text!r}")
-    try:
-        return kind(text)
-    except ValueError:
-        raise ConfigurationError(f"option {name} must be a number, got {text!r}") from None
-
-
-def _unknown_option(name: str) -> str:
-    return f"unknown SQLite option {name!r}; known options: {', '.join([*_OPTIONS, 'serde'])}"
