@@ -14,11 +14,15 @@ two guarantees shared by every backend:
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import sys
 import zlib
 from collections.abc import Mapping
+from decimal import Decimal
 from enum import Enum
 from typing import Any
+from uuid import UUID
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _create_msgpack_ext_hook
@@ -81,7 +85,11 @@ def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[st
         ) from exc
     # msgpack replaces lone surrogates with "?": only a payload containing "?" (or one we
     # cannot inspect because it is encrypted) can have been altered, so only then scan.
-    if type_.startswith("msgpack") and (type_ != "msgpack" or b"?" in data):
+    if (
+        type_.startswith("msgpack")
+        and (type_ != "msgpack" or b"?" in data)
+        and _may_hold_surrogate(value)
+    ):
         where = _find_surrogate(value, "value")
         if where is not None:
             raise SerializationError(
@@ -143,6 +151,58 @@ def check_id(value: object, what: str, *, allow_empty: bool = False) -> str:
             "ids must be valid unicode text"
         ) from None
     return value
+
+
+class _Opaque(Exception):
+    """Raised while screening a value holding an object whose strings we cannot see."""
+
+
+_LEAVES = (bytes, bytearray, datetime.date, datetime.time, datetime.timedelta, UUID, Decimal)
+
+
+def _expose(obj: Any) -> Any:
+    """``json.dumps`` hook: the strings an object holds, or nothing for leaf types."""
+    if isinstance(obj, _LEAVES):
+        return None
+    if isinstance(obj, set | frozenset):
+        return list(obj)
+    if hasattr(obj, "__dict__"):
+        return vars(obj)
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    raise _Opaque
+
+
+def _may_hold_surrogate(value: Any) -> bool:
+    """Fast screen for :func:`_find_surrogate`: ``False`` means no string inside ``value``
+    holds a lone surrogate. ``json.dumps`` escapes every non-ASCII character in C, so only
+    ``\\udxxx`` escapes need a look; surrogate pairs (emoji...) are told apart."""
+    try:
+        text = json.dumps(value, default=_expose, check_circular=False)
+    except (_Opaque, TypeError, ValueError, RecursionError):
+        return True  # not screenable quickly: let the exact walk decide
+    start = text.find("\\ud")
+    while start != -1:
+        if _is_lone_surrogate_escape(text, start):
+            return True
+        start = text.find("\\ud", start + 1)
+    return False
+
+
+def _is_lone_surrogate_escape(text: str, at: int) -> bool:
+    before = at
+    while before > 0 and text[before - 1] == "\\":
+        before -= 1
+    if (at - before) % 2:
+        return False  # an escaped backslash followed by the letters "ud"
+    code = int(text[at + 2 : at + 6], 16) if len(text) >= at + 6 else 0
+    if 0xD800 <= code <= 0xDBFF:  # high half: lone unless a low half follows
+        low = text[at + 6 : at + 12]
+        return not (low[:2] == "\\u" and 0xDC00 <= int(low[2:] or "0", 16) <= 0xDFFF)
+    if 0xDC00 <= code <= 0xDFFF:  # low half: lone unless a high half precedes
+        high = text[at - 6 : at]
+        return not (high[:2] == "\\u" and 0xD800 <= int(high[2:] or "0", 16) <= 0xDBFF)
+    return False  # \\ud000-\\ud7ff are ordinary characters (Hangul...)
 
 
 def _find_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:

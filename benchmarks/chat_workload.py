@@ -1,0 +1,405 @@
+"""Chat workload benchmark: LangGraph's own checkpointers vs statekeeper's SQLite one.
+
+The workload is a chat graph (``StateGraph`` over ``messages: Annotated[list[AnyMessage],
+add_messages]``) with one node, ``chatbot``, that appends a deterministic AI reply of about
+150 tokens (~600 characters, built from a seeded word list so it does not compress
+trivially; no LLM is called). Each turn is one sync ``graph.invoke`` with one ~100-token
+(~400 characters) ``HumanMessage``. ``--threads`` conversations of ``--turns`` turns each
+are played round-robin (turn 1 of every thread, then turn 2, ...), so every saver sees the
+same inputs in the same order; the history of each thread grows with every turn.
+
+Every saver is first warmed up on a throwaway instance (a few turns plus reads), then
+measured on a fresh one, all in this one process:
+
+* first 10 / last 10: median ms of one invoke over the first / last 10 turns of every thread;
+* get_state: median ms of ~20 ``graph.get_state`` calls on the finished threads;
+* list(10): median ms of ~20 ``saver.list(config, limit=10)`` calls, fully consumed;
+* history: ms to consume ``graph.get_state_history`` of one whole thread, median over threads;
+* bytes: what the saver stores -- for ``InMemorySaver`` the sum of its serialized values,
+  for the SQLite savers the database file (plus any ``-wal``) after closing the saver and
+  ``PRAGMA wal_checkpoint(TRUNCATE)``.
+
+Ratios ours / theirs are printed under the table (< 1 means ours is faster or smaller).
+This is a benchmark, not a test: nothing is asserted about the numbers.
+
+Run it with ``make bench`` or::
+
+    .venv/bin/python benchmarks/chat_workload.py                  # 3 threads x 200 turns
+    .venv/bin/python benchmarks/chat_workload.py --threads 2 --turns 50 --savers memory,ours
+    .venv/bin/python benchmarks/chat_workload.py --json           # machine-readable results
+"""
+
+import argparse
+import gc
+import json
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
+
+WARMUP_TURNS = 5
+READ_SAMPLES = 20
+EDGE_TURNS = 10  # "first 10" and "last 10" columns
+
+
+# -- deterministic chat text -------------------------------------------------------------
+
+VOCABULARY = """
+the a an to of and in on for with that this it is are was be can will would should could
+we you they our your their my me us them agent graph state thread checkpoint message
+memory tool call result user assistant model token prompt context window summary retry
+error timeout database file table index query row column schema version migration lock
+transaction commit rollback write read list history resume crash process server client
+request response latency throughput cache hit miss batch queue worker task step node edge
+branch loop condition input output value channel reducer config option default setting
+deploy release build test lint type check coverage report metric trace log event alert
+because however therefore although meanwhile instead otherwise perhaps usually rarely
+quickly slowly carefully roughly exactly probably definitely simply really actually
+first second third next last final early late small large fast slow new old good bad
+simple complex stable flaky durable fragile safe risky clear vague short long empty full
+customer invoice order payment refund shipment address account password email report
+monday tuesday friday morning evening weekend quarter budget meeting deadline roadmap
+python sqlite redis postgres json yaml http socket thread async await future promise
+"""
+WORDS = VOCABULARY.split()
+
+
+def _sentence(rng: random.Random) -> str:
+    words = rng.choices(WORDS, k=rng.randint(6, 16))
+    if rng.random() < 0.3:
+        words.insert(rng.randrange(len(words)), str(rng.randint(2, 9999)))
+    text = " ".join(words)
+    return text[0].upper() + text[1:] + rng.choice(".....?!")
+
+
+def paragraph(rng: random.Random, chars: int) -> str:
+    """Sentences of random words until about ``chars`` characters (~4 chars per token)."""
+    sentences: list[str] = []
+    while sum(len(s) + 1 for s in sentences) < chars:
+        sentences.append(_sentence(rng))
+    return " ".join(sentences)
+
+
+def human_text(thread: int, turn: int) -> str:
+    """The ~100-token user message of ``turn`` in ``thread``: same for every saver."""
+    return paragraph(random.Random(f"human-{thread}-{turn}"), 400)
+
+
+# -- the graph ---------------------------------------------------------------------------
+
+
+class ChatState(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def chatbot(state: ChatState) -> dict[str, Any]:
+    """Reply with ~150 tokens derived only from the last message (deterministic, no LLM)."""
+    rng = random.Random(f"ai-{state['messages'][-1].content}")
+    return {"messages": [AIMessage(paragraph(rng, 600))]}
+
+
+def build_graph(saver: BaseCheckpointSaver[Any]) -> Any:
+    builder = StateGraph(ChatState)
+    builder.add_node("chatbot", chatbot)
+    builder.add_edge(START, "chatbot")
+    builder.add_edge("chatbot", END)
+    return builder.compile(checkpointer=saver)
+
+
+def thread_config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+# -- the savers --------------------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """An open saver, and how to measure its size once it has been closed."""
+
+    saver: BaseCheckpointSaver[Any]
+    size: Callable[[], int]
+
+
+def sqlite_file_bytes(path: Path) -> int:
+    """Size of a closed SQLite database: main file + leftover WAL after a truncating checkpoint."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def in_memory_bytes(saver: Any) -> int:
+    """Sum of every serialized value an ``InMemorySaver`` holds (typed tuples are (type, bytes))."""
+    total = 0
+    for namespaces in saver.storage.values():
+        for checkpoints in namespaces.values():
+            for checkpoint, metadata, _parent in checkpoints.values():
+                total += len(checkpoint[1]) + len(metadata[1])
+    for writes in saver.writes.values():
+        for _task_id, _channel, value, _task_path in writes.values():
+            total += len(value[1])
+    for _type, blob in saver.blobs.values():
+        total += len(blob)
+    return total
+
+
+@contextmanager
+def open_in_memory(_path: Path) -> Iterator[Store]:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    yield Store(saver, lambda: in_memory_bytes(saver))
+
+
+@contextmanager
+def open_langgraph_sqlite(path: Path) -> Iterator[Store]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        yield Store(SqliteSaver(conn), lambda: sqlite_file_bytes(path))
+    finally:
+        conn.close()
+
+
+@contextmanager
+def open_ours(path: Path) -> Iterator[Store]:
+    from statekeeper.checkpointers import open_checkpointer
+
+    with open_checkpointer(f"sqlite:///{path.resolve()}") as saver:
+        yield Store(saver, lambda: sqlite_file_bytes(path))
+
+
+@dataclass(frozen=True)
+class Backend:
+    key: str  # for --savers
+    label: str  # for the table
+    open: Callable[[Path], AbstractContextManager[Store]]
+    ours: bool = False
+
+
+BACKENDS = [
+    Backend("memory", "LangGraph InMemorySaver", open_in_memory),
+    Backend("sqlite", "LangGraph SqliteSaver", open_langgraph_sqlite),
+    Backend("ours", "statekeeper SqliteCheckpointer", open_ours, ours=True),
+]
+
+# -- measuring ---------------------------------------------------------------------------
+
+COLUMNS = {  # Result field -> table header
+    "first_ms": "first 10 turns ms",
+    "last_ms": "last 10 turns ms",
+    "get_state_ms": "get_state ms",
+    "list_ms": "list(limit=10) ms",
+    "history_ms": "full history ms",
+    "bytes": "bytes stored",
+}
+
+
+@dataclass
+class Result:
+    saver: str
+    first_ms: float | None = None
+    last_ms: float | None = None
+    get_state_ms: float | None = None
+    list_ms: float | None = None
+    history_ms: float | None = None
+    bytes: int | None = None
+    checkpoints_per_thread: int | None = None
+    error: str | None = None
+    turn_ms: list[list[float]] = field(default_factory=list, repr=False)
+
+
+def timed_ms(fn: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000
+
+
+def progress(message: str) -> None:
+    if sys.stderr.isatty():  # one line, rewritten in place
+        print(f"\r{message:<70}", end="", file=sys.stderr, flush=True)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
+def play(graph: Any, thread_ids: list[str], turns: int, label: str) -> list[list[float]]:
+    """Play ``turns`` turns round-robin over the threads; return ms per invoke [thread][turn]."""
+    turn_ms: list[list[float]] = [[] for _ in thread_ids]
+    for turn in range(turns):
+        for t, thread_id in enumerate(thread_ids):
+            turn_input = {"messages": [HumanMessage(human_text(t, turn))]}
+            config = thread_config(thread_id)
+            turn_ms[t].append(timed_ms(lambda: graph.invoke(turn_input, config)))  # noqa: B023
+        if (turn + 1) % 10 == 0 or turn + 1 == turns:
+            progress(f"[{label}] turn {turn + 1}/{turns} x {len(thread_ids)} threads")
+    return turn_ms
+
+
+def exercise_reads(graph: Any, saver: BaseCheckpointSaver[Any], thread_ids: list[str]) -> None:
+    for thread_id in thread_ids:
+        config = thread_config(thread_id)
+        graph.get_state(config)
+        list(saver.list(config, limit=10))
+        list(graph.get_state_history(config))
+
+
+def warm_up(backend: Backend, tmp: Path) -> None:
+    """Run the code paths once on a throwaway instance so imports and caches are not timed."""
+    with backend.open(tmp / f"warmup-{backend.key}.db") as store:
+        graph = build_graph(store.saver)
+        play(graph, ["warmup"], WARMUP_TURNS, f"{backend.key} warm-up")
+        exercise_reads(graph, store.saver, ["warmup"])
+
+
+def measure(backend: Backend, threads: int, turns: int, tmp: Path) -> Result:
+    result = Result(backend.label)
+    warm_up(backend, tmp)
+    gc.collect()
+    with backend.open(tmp / f"{backend.key}.db") as store:
+        graph, saver = build_graph(store.saver), store.saver
+        thread_ids = [f"thread-{t}" for t in range(threads)]
+        result.turn_ms = play(graph, thread_ids, turns, backend.key)
+        edge = min(EDGE_TURNS, turns)
+        result.first_ms = statistics.median(ms for row in result.turn_ms for ms in row[:edge])
+        result.last_ms = statistics.median(ms for row in result.turn_ms for ms in row[-edge:])
+
+        configs = [thread_config(thread_ids[i % threads]) for i in range(READ_SAMPLES)]
+        result.get_state_ms = statistics.median(
+            timed_ms(lambda c=c: graph.get_state(c)) for c in configs
+        )
+        result.list_ms = statistics.median(
+            timed_ms(lambda c=c: list(saver.list(c, limit=10))) for c in configs
+        )
+        result.history_ms = statistics.median(
+            timed_ms(lambda t=t: list(graph.get_state_history(thread_config(t))))
+            for t in thread_ids
+        )
+        result.checkpoints_per_thread = len(list(saver.list(configs[0])))
+    result.bytes = store.size()  # after the saver is closed
+    return result
+
+
+def run_backend(backend: Backend, threads: int, turns: int, tmp: Path) -> Result:
+    """Measure one saver; a failure (e.g. ours not importable) becomes an error row."""
+    try:
+        return measure(backend, threads, turns, tmp)
+    except Exception as exc:
+        traceback.print_exc(file=sys.stderr)
+        return Result(backend.label, error=f"{type(exc).__name__}: {exc}")
+
+
+# -- reporting ---------------------------------------------------------------------------
+
+
+def ratios(ours: Result, theirs: Result) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for column in COLUMNS:
+        a, b = getattr(ours, column), getattr(theirs, column)
+        out[column] = a / b if a is not None and b else None
+    return out
+
+
+def ratio_rows(results: list[tuple[Backend, Result]]) -> dict[str, dict[str, float | None]]:
+    ours = [r for b, r in results if b.ours and r.error is None]
+    if not ours:
+        return {}
+    return {
+        f"ours / {r.saver}": ratios(ours[0], r)
+        for b, r in results
+        if not b.ours and r.error is None
+    }
+
+
+def fmt(value: float | None, column: str) -> str:
+    if value is None:
+        return "-"
+    if column == "bytes":
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def markdown(results: list[tuple[Backend, Result]], threads: int, turns: int) -> str:
+    per_thread = next((r.checkpoints_per_thread for _, r in results if r.error is None), "-")
+    lines = [
+        f"Chat workload: {threads} threads x {turns} turns (checkpoints per thread: {per_thread})",
+        "",
+        "| saver | " + " | ".join(COLUMNS.values()) + " |",
+        "|---|" + "---:|" * len(COLUMNS),
+    ]
+    for _, r in results:
+        if r.error:
+            lines.append(f"| {r.saver} | error: {r.error} |" + " |" * (len(COLUMNS) - 1))
+        else:
+            cells = [fmt(getattr(r, c), c) for c in COLUMNS]
+            lines.append(f"| {r.saver} | " + " | ".join(cells) + " |")
+    rows = ratio_rows(results)
+    if rows:
+        lines += ["", "Ratios (< 1: ours is faster / smaller):", ""]
+        lines += ["| ratio | " + " | ".join(COLUMNS.values()) + " |"]
+        lines += ["|---|" + "---:|" * len(COLUMNS)]
+        for name, row in rows.items():
+            cells = ["-" if v is None else f"{v:.2f}" for v in row.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def as_json(results: list[tuple[Backend, Result]], threads: int, turns: int) -> str:
+    rows = []
+    for _, r in results:
+        row = asdict(r)
+        del row["turn_ms"]
+        rows.append(row)
+    payload = {"threads": threads, "turns": turns, "results": rows, "ratios": ratio_rows(results)}
+    return json.dumps(payload, indent=2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    keys = [b.key for b in BACKENDS]
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=3, help="conversations (default 3)")
+    parser.add_argument("--turns", type=int, default=200, help="turns per thread (default 200)")
+    parser.add_argument(
+        "--savers",
+        default=",".join(keys),
+        help=f"comma-separated rows to run, from {','.join(keys)} (default: all)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    args = parser.parse_args(argv)
+    wanted = [k.strip() for k in args.savers.split(",") if k.strip()]
+    if unknown := sorted(set(wanted) - set(keys)):
+        parser.error(f"unknown saver(s) {', '.join(unknown)}; choose from {', '.join(keys)}")
+    if args.threads < 1 or args.turns < 1:
+        parser.error("--threads and --turns must be >= 1")
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="statekeeper-bench-") as tmp:
+        for backend in (b for b in BACKENDS if b.key in wanted):
+            results.append((backend, run_backend(backend, args.threads, args.turns, Path(tmp))))
+            gc.collect()
+    if sys.stderr.isatty():
+        print(file=sys.stderr)
+    report = as_json if args.json else markdown
+    print(report(results, args.threads, args.turns))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

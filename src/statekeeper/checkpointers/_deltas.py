@@ -1,0 +1,122 @@
+"""Append deltas: a list that grew by appending is stored as the bytes it added.
+
+LangGraph re-serialises a whole channel value at every version, so a chat's ``messages``
+list costs O(n) bytes per turn and O(n²) per thread. When the new payload is the previous
+one's msgpack array with elements appended, a backend stores only the new array header
+and the appended bytes, with a reference to the base version; every :data:`MAX_CHAIN`
+versions it stores the whole payload again, so a read applies at most that many deltas.
+
+Every stored payload carries the CRC-32 of its full bytes. A writer only diffs against a
+base whose stored CRC still matches the bytes it remembers, and a reader checks the CRC
+of what it rebuilt, so a replaced or corrupt base is detected, never silently used.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from statekeeper.errors import SerializationError
+
+__all__ = ["MAX_CHAIN", "RecentPayloads", "Remembered", "append_delta", "apply_delta", "crc"]
+
+MAX_CHAIN = 16  # deltas between two full copies: bounds the work of one read
+
+
+def crc(data: bytes) -> int:
+    """CRC-32 of a full payload (what is stored alongside every payload)."""
+    return zlib.crc32(data)
+
+
+def _array_header_length(data: bytes) -> int | None:
+    """Length of the msgpack array header ``data`` starts with, or None if not an array."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x90 <= first <= 0x9F:  # fixarray
+        return 1
+    if first == 0xDC:  # array 16
+        return 3
+    if first == 0xDD:  # array 32
+        return 5
+    return None
+
+
+def append_delta(base: bytes, new: bytes) -> bytes | None:
+    """The delta that turns ``base`` into ``new``, if ``new`` is ``base``'s msgpack array
+    with elements appended; otherwise ``None``. msgpack decodes element by element, so a
+    byte-equal prefix of elements means the same leading elements."""
+    base_header = _array_header_length(base)
+    new_header = _array_header_length(new)
+    if base_header is None or new_header is None:
+        return None
+    body = len(base) - base_header
+    if len(new) - new_header < body:
+        return None
+    if not new.startswith(memoryview(base)[base_header:], new_header):
+        return None
+    return bytes([new_header]) + new[:new_header] + new[new_header + body :]
+
+
+def apply_delta(base: bytes, delta: bytes) -> bytes:
+    """Inverse of :func:`append_delta`.
+
+    Raises:
+        SerializationError: ``base`` is not a msgpack array or ``delta`` is malformed.
+    """
+    base_header = _array_header_length(base)
+    if base_header is None or not delta or len(delta) < 1 + delta[0]:
+        raise SerializationError("a stored delta or its base payload is corrupt")
+    new_header = delta[0]
+    return delta[1 : 1 + new_header] + base[base_header:] + delta[1 + new_header :]
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """A payload this process wrote: its version, full bytes, CRC and delta depth."""
+
+    version: str
+    data: bytes
+    crc: int
+    depth: int  # 0 for a full copy, else the number of deltas back to one
+
+
+class RecentPayloads:
+    """The last delta-able payload written per key (thread, namespace, channel), bounded
+    to ``max_bytes`` in total (least recently used first out). Thread-safe."""
+
+    def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, Remembered] = OrderedDict()
+        self._size = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Remembered | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: Hashable, entry: Remembered) -> None:
+        if len(entry.data) > self.max_bytes:
+            self.discard(key)
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= len(old.data)
+            self._entries[key] = entry
+            self._size += len(entry.data)
+            while self._size > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self._size -= len(evicted.data)
+
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._size -= len(old.data)
