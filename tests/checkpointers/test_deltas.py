@@ -9,10 +9,14 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from statekeeper.checkpointers._deltas import (
+    MAX_CHAIN,
     RecentPayloads,
     Remembered,
+    StoredValue,
     append_delta,
     apply_delta,
+    plan_value,
+    rebuild,
 )
 from statekeeper.checkpointers._payload import safe_serde
 from statekeeper.errors import SerializationError
@@ -90,3 +94,60 @@ def test_recent_payloads_stay_within_their_byte_budget() -> None:
     assert cache.get("huge") is None
     cache.discard(9)
     assert cache.get(9) is None
+
+
+def _store_chain(values: list[list[str]]) -> dict[str, StoredValue]:
+    """Plan each value in turn as a backend would, keeping what it would store."""
+    recent = RecentPayloads()
+    stored: dict[str, StoredValue] = {}
+    for i, value in enumerate(values):
+        plan = plan_value(SERDE, "k", "messages", f"v{i:03}", value, recent=recent, compress=True)
+        stored[plan.stored.version] = plan.stored
+        assert plan.remember is not None
+        recent.put("k", plan.remember)
+    return stored
+
+
+def _chain_of(stored: dict[str, StoredValue], version: str) -> list[StoredValue]:
+    chain = [stored[version]]
+    while chain[-1].base is not None:
+        chain.append(stored[chain[-1].base])
+    return chain
+
+
+def test_a_growing_list_is_stored_as_deltas_with_a_full_copy_every_max_chain() -> None:
+    values = [[f"message {j}?" for j in range(i + 1)] for i in range(40)]
+    stored = _store_chain(values)
+    full = [v for v in stored.values() if v.codec != "append"]
+    assert len(full) == 3  # versions 0, 17 and 34: MAX_CHAIN deltas between full copies
+    for i, value in enumerate(values):
+        chain = _chain_of(stored, f"v{i:03}")
+        assert len(chain) <= MAX_CHAIN + 1
+        assert SERDE.loads_typed(("msgpack", rebuild(chain))) == value
+    assert sum(len(v.data) for v in stored.values()) < len(_bytes(values[-1])) * 5
+
+
+def test_values_that_are_not_lists_are_stored_whole_and_compressed() -> None:
+    recent = RecentPayloads()
+    plan = plan_value(SERDE, "k", "doc", "v1", "text " * 1000, recent=recent, compress=True)
+    assert plan.stored.codec == "zlib"
+    assert plan.remember is None
+    assert SERDE.loads_typed(("msgpack", rebuild([plan.stored]))) == "text " * 1000
+
+
+def test_a_lone_surrogate_in_an_appended_element_is_refused() -> None:
+    recent = RecentPayloads()
+    first = plan_value(SERDE, "k", "m", "v1", ["ok?"], recent=recent, compress=True)
+    assert first.remember is not None
+    recent.put("k", first.remember)
+    with pytest.raises(SerializationError, match="lone surrogate"):
+        plan_value(SERDE, "k", "m", "v2", ["ok?", "bad \ud800"], recent=recent, compress=True)
+
+
+def test_a_corrupt_chain_is_detected_by_its_checksum() -> None:
+    stored = _store_chain([["a"], ["a", "b"], ["a", "b", "c"]])
+    chain = _chain_of(stored, "v002")
+    base = chain[-1]
+    tampered = StoredValue(base.channel, base.version, base.type, "", _bytes(["x"]), None, base.crc)
+    with pytest.raises(SerializationError, match="checksum mismatch"):
+        rebuild([*chain[:-1], tampered])

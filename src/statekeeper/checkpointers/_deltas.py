@@ -16,12 +16,27 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper.checkpointers._payload import dumps, ensure_exact, pack, unpack
 from statekeeper.errors import SerializationError
 
-__all__ = ["MAX_CHAIN", "RecentPayloads", "Remembered", "append_delta", "apply_delta", "crc"]
+__all__ = [
+    "MAX_CHAIN",
+    "PlannedValue",
+    "RecentPayloads",
+    "Remembered",
+    "StoredValue",
+    "append_delta",
+    "apply_delta",
+    "crc",
+    "plan_value",
+    "rebuild",
+]
 
 MAX_CHAIN = 16  # deltas between two full copies: bounds the work of one read
 
@@ -120,3 +135,103 @@ class RecentPayloads:
             old = self._entries.pop(key, None)
             if old is not None:
                 self._size -= len(old.data)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    """One channel value as a backend stores it. ``codec`` is ``""`` or ``"zlib"`` for a
+    full copy, ``"append"`` for a delta on ``base`` (a version of the same channel)."""
+
+    channel: str
+    version: str
+    type: str
+    codec: str
+    data: bytes
+    base: str | None = None
+    crc: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedValue:
+    """A value about to be stored. When ``stored`` is a delta, the writer must check, in
+    the write transaction, that its base still has ``base_crc`` — else store ``fallback``
+    (the full copy). After the write, remember ``remember`` (or ``remember_fallback``)."""
+
+    stored: StoredValue
+    fallback: StoredValue | None = None
+    base_crc: int | None = None
+    remember: Remembered | None = None
+    remember_fallback: Remembered | None = None
+
+
+def plan_value(
+    serde: SerializerProtocol,
+    key: Hashable,
+    channel: str,
+    version: str,
+    value: Any,
+    *,
+    recent: RecentPayloads,
+    compress: bool,
+) -> PlannedValue:
+    """Serialise ``value`` and decide how to store it: as a delta on the payload last
+    remembered under ``key`` (thread, namespace, channel) when it extends it, else whole
+    (zlib-compressed when ``compress`` and it is not a list that future deltas build on).
+
+    Raises:
+        SerializationError: ``serde`` cannot encode ``value``, or would alter it.
+    """
+    type_, raw = dumps(serde, value)
+    checksum = crc(raw)
+    is_array = type_ == "msgpack" and _array_header_length(raw) is not None
+    full = StoredValue(
+        channel, version, type_, *pack(raw, compress=compress and not is_array), crc=checksum
+    )
+    if not is_array:
+        ensure_exact(value, type_, raw)
+        return PlannedValue(full)
+    whole = Remembered(version, raw, checksum, 0)
+    previous = recent.get(key)
+    if previous is not None and previous.depth < MAX_CHAIN and previous.version != version:
+        delta = append_delta(previous.data, raw)
+        if delta is not None:
+            # The base's elements were checked when it was written: check the new ones.
+            added = value[_element_count(previous.data) :] if isinstance(value, list) else value
+            ensure_exact(added, type_, delta)
+            return PlannedValue(
+                StoredValue(channel, version, type_, "append", delta, previous.version, checksum),
+                fallback=full,
+                base_crc=previous.crc,
+                remember=Remembered(version, raw, checksum, previous.depth + 1),
+                remember_fallback=whole,
+            )
+    ensure_exact(value, type_, raw)
+    return PlannedValue(full, remember=whole, remember_fallback=whole)
+
+
+def rebuild(chain: Sequence[StoredValue]) -> bytes:
+    """The full payload of ``chain[0]``, given its delta chain down to a full copy
+    (``chain[-1]``), nearest base first; checked against the stored CRC.
+
+    Raises:
+        SerializationError: a payload in the chain is corrupt.
+    """
+    data = unpack(chain[-1].codec, chain[-1].data)
+    for link in reversed(chain[:-1]):
+        data = apply_delta(data, link.data)
+    wanted = chain[0]
+    if wanted.crc is not None and crc(data) != wanted.crc:
+        raise SerializationError(
+            f"the stored value of channel {wanted.channel!r} at version {wanted.version} is "
+            "corrupt (checksum mismatch); restore the database from a backup"
+        )
+    return data
+
+
+def _element_count(data: bytes) -> int:
+    first = data[0]
+    if first == 0xDC:
+        return int.from_bytes(data[1:3], "big")
+    if first == 0xDD:
+        return int.from_bytes(data[1:5], "big")
+    return first & 0x0F

@@ -30,7 +30,19 @@ from pydantic import BaseModel
 
 from statekeeper.errors import InvalidIdError, SerializationError
 
-__all__ = ["COMPRESS_MIN_BYTES", "EMPTY", "check_id", "decode", "encode", "safe_serde"]
+__all__ = [
+    "COMPRESS_MIN_BYTES",
+    "EMPTY",
+    "check_id",
+    "decode",
+    "dumps",
+    "encode",
+    "ensure_exact",
+    "loads",
+    "pack",
+    "safe_serde",
+    "unpack",
+]
 
 COMPRESS_MIN_BYTES = 1024
 _ZLIB_LEVEL = 3  # close to level 6's ratio on chat text at about half its cost
@@ -69,13 +81,21 @@ class _LoadedDataTypes:
 
 
 def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[str, str, bytes]:
-    """Serialise ``value`` to ``(type, codec, bytes)``.
+    """Serialise ``value`` to ``(type, codec, bytes)``: :func:`dumps`, checked by
+    :func:`ensure_exact`, then packed by :func:`pack`.
 
     Raises:
         SerializationError: ``serde`` cannot encode the value, or would alter it.
     """
+    type_, data = dumps(serde, value)
+    ensure_exact(value, type_, data)
+    return (type_, *pack(data, compress=compress))
+
+
+def dumps(serde: SerializerProtocol, value: Any) -> tuple[str, bytes]:
+    """``serde.dumps_typed(value)``, with its failures as :class:`SerializationError`."""
     try:
-        type_, data = serde.dumps_typed(value)
+        return serde.dumps_typed(value)
     except Exception as exc:  # serde raises TypeError, ormsgpack errors, ...
         where = _find_surrogate(value, "value")
         detail = f"the string at {where} contains a lone surrogate" if where else str(exc)
@@ -83,8 +103,15 @@ def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[st
             f"cannot serialise a {type(value).__name__}: {detail}; store only values the "
             "checkpointer's serde supports (encode unpaired surrogates first)"
         ) from exc
-    # msgpack replaces lone surrogates with "?": only a payload containing "?" (or one we
-    # cannot inspect because it is encrypted) can have been altered, so only then scan.
+
+
+def ensure_exact(value: Any, type_: str, data: bytes) -> None:
+    """Raise :class:`SerializationError` if ``data`` (``value`` as ``serde`` wrote it, or
+    the part of it that ``value`` accounts for) lost a character of a string in ``value``.
+
+    msgpack replaces lone surrogates with "?": only a payload containing "?" (or one we
+    cannot inspect because it is encrypted) can have been altered, so only then look.
+    """
     if (
         type_.startswith("msgpack")
         and (type_ != "msgpack" or b"?" in data)
@@ -97,29 +124,47 @@ def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[st
                 "would silently replace with '?'; encode it first (e.g. with "
                 "str.encode('utf-8', 'surrogatepass')) or store it as bytes"
             )
-    codec = ""
+
+
+def pack(data: bytes, *, compress: bool) -> tuple[str, bytes]:
+    """``(codec, bytes)``: zlib when asked, when ``data`` is large enough and it saves 10%."""
     if compress and len(data) >= COMPRESS_MIN_BYTES:
         packed = zlib.compress(data, _ZLIB_LEVEL)
         if len(packed) < len(data) * 0.9:
-            data, codec = packed, "zlib"
-    return type_, codec, data
+            return "zlib", packed
+    return "", data
 
 
-def decode(serde: SerializerProtocol, type_: str, codec: str, data: bytes) -> Any:
-    """Inverse of :func:`encode`.
+def unpack(codec: str, data: bytes) -> bytes:
+    """Inverse of :func:`pack`.
 
     Raises:
         SerializationError: the bytes are corrupt or use an unknown codec.
     """
     if codec == "zlib":
         try:
-            data = zlib.decompress(data)
+            return zlib.decompress(data)
         except zlib.error as exc:
             raise SerializationError(f"a stored payload is corrupt (zlib: {exc})") from exc
-    elif codec:
+    if codec:
         raise SerializationError(
             f"a stored payload uses codec {codec!r}, unknown to this statekeeper; upgrade it"
         )
+    return data
+
+
+def decode(serde: SerializerProtocol, type_: str, codec: str, data: bytes) -> Any:
+    """Inverse of :func:`encode`.
+
+    Raises:
+        SerializationError: the bytes are corrupt, use an unknown codec, or ``serde``
+            cannot read them.
+    """
+    return loads(serde, type_, unpack(codec, data))
+
+
+def loads(serde: SerializerProtocol, type_: str, data: bytes) -> Any:
+    """``serde.loads_typed((type_, data))``, with its failures as SerializationError."""
     try:
         return serde.loads_typed((type_, data))
     except Exception as exc:
