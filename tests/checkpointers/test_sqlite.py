@@ -4,8 +4,10 @@ locking settings, parameterised SQL, encryption at rest and safe deserialisation
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 import sqlite3
+import zlib
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -24,8 +26,9 @@ from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
 
 from statekeeper._sqlite import Database
+from statekeeper.checkpointers._payload import encode, safe_serde
 from statekeeper.checkpointers.sqlite import MIGRATIONS, SqliteCheckpointer
-from statekeeper.errors import SchemaVersionError, StorageError
+from statekeeper.errors import SchemaVersionError, SerializationError, StorageError
 
 LATEST = MIGRATIONS[-1].version
 
@@ -55,30 +58,45 @@ def test_new_database_is_at_the_latest_schema(tmp_path: Path) -> None:
 
 
 def test_older_database_is_upgraded_once_and_keeps_its_data(tmp_path: Path) -> None:
+    """A file written at schema version 1 (rows in that version's shape) is upgraded to the
+    latest on open, loads exactly, takes new writes, and a second open has nothing to do."""
     path = tmp_path / "old.db"
     Database(path, component="checkpoints", migrations=MIGRATIONS[:1]).close()
-    with SqliteCheckpointer(str(path)) as saver:  # upgrades to the latest...
-        _put(saver, "t", {"a": "kept"})
-    assert _migration_versions(path) == [m.version for m in MIGRATIONS]
-
-    # ...while a database left at version 1 with data in it upgrades without losing it.
-    older = tmp_path / "older.db"
-    old_db = Database(older, component="checkpoints", migrations=MIGRATIONS[:1])
-    old_db.close()
-    with SqliteCheckpointer(str(older)) as saver:
-        stored = _put(saver, "t", {"a": "kept"})
-    with sqlite3.connect(older) as conn:
-        conn.execute("DROP INDEX checkpoints_newest")
-        conn.execute("DROP INDEX checkpoints_thread_newest")
-        conn.execute("DROP INDEX checkpoints_run")
-        conn.execute("DELETE FROM statekeeper_migrations WHERE version > 1")
+    serde = safe_serde()
+    version = json.dumps("00000000000000000000000000000001.5")
+    checkpoint = generate_checkpoint(checkpoint_id="1ef00000-0000-6000-8000-000000000001")
+    checkpoint["channel_versions"] = {"messages": json.loads(version)}
+    stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO blobs VALUES ('t', '', 'messages', ?, ?, ?, ?)",
+            (version, *encode(serde, ["hello", "world"], compress=False)),
+        )
+        conn.execute(
+            "INSERT INTO checkpoints VALUES ('t', '', ?, NULL, 'run-1', ?, ?, ?, ?, ?)",
+            (
+                checkpoint["id"],
+                *encode(serde, stripped, compress=False),
+                json.dumps({"source": "loop", "step": 0, "run_id": "run-1"}),
+                json.dumps({"messages": version}),
+            ),
+        )
+    assert _migration_versions(path) == [1]
     for _ in range(2):  # the second open has nothing left to do
-        with SqliteCheckpointer(str(older)) as saver:
-            loaded = saver.get_tuple(stored)
+        with SqliteCheckpointer(str(path)) as saver:
+            loaded = saver.get_tuple(generate_config("t"))
             assert loaded is not None
-            assert loaded.checkpoint["channel_values"] == {"a": "kept"}
-        assert _migration_versions(older) == [m.version for m in MIGRATIONS]
-    with sqlite3.connect(older) as conn:
+            assert loaded.checkpoint["channel_values"] == {"messages": ["hello", "world"]}
+            assert loaded.metadata["run_id"] == "run-1"
+            assert [t.checkpoint["id"] for t in saver.list(None, filter={"step": 0})] == [
+                checkpoint["id"]
+            ]
+        assert _migration_versions(path) == [m.version for m in MIGRATIONS]
+    with SqliteCheckpointer(str(path)) as saver:
+        _put(saver, "t2", {"a": "new"})
+        saver.delete_for_runs(["run-1"])  # uses the index migration 2 added
+        assert saver.get_tuple(generate_config("t")) is None
+    with sqlite3.connect(path) as conn:
         indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     assert {"checkpoints_newest", "checkpoints_thread_newest", "checkpoints_run"} <= indexes
 
@@ -285,7 +303,10 @@ def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
         with saver._db.transaction(write=True) as conn:
-            conn.execute("UPDATE blobs SET type = 'msgpack', codec = '', blob = ?", (payload,))
+            conn.execute(  # an attacker who can write the file can fix the checksum too
+                "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
+                (payload, zlib.crc32(payload)),
+            )
         loaded = saver.get_tuple(stored)
     assert not canary.exists()
     assert loaded is not None
@@ -298,7 +319,11 @@ def test_pickled_payloads_are_refused(tmp_path: Path) -> None:
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "x"})
         with saver._db.transaction(write=True) as conn:
-            conn.execute("UPDATE blobs SET type = 'pickle', blob = ?", (pickle.dumps("x"),))
+            pickled = pickle.dumps("x")
+            conn.execute(
+                "UPDATE blobs SET type = 'pickle', codec = '', blob = ?, crc = ?",
+                (pickled, zlib.crc32(pickled)),
+            )
         with pytest.raises(Exception, match="cannot deserialise a stored 'pickle' payload"):
             saver.get_tuple(stored)
 
@@ -365,7 +390,10 @@ def test_hostile_bytes_cannot_construct_non_data_classes(tmp_path: Path) -> None
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
         with saver._db.transaction(write=True) as conn:
-            conn.execute("UPDATE blobs SET type = 'msgpack', codec = '', blob = ?", (payload,))
+            conn.execute(  # an attacker who can write the file can fix the checksum too
+                "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
+                (payload, zlib.crc32(payload)),
+            )
         saver.get_tuple(stored)
     assert not canary.exists()
 
@@ -392,3 +420,104 @@ def test_data_classes_of_loaded_modules_round_trip_without_an_allowlist(tmp_path
         loaded = saver.get_tuple(stored)
     assert loaded is not None
     assert loaded.checkpoint["channel_values"]["v"] == value
+
+
+# -- append deltas -------------------------------------------------------------------
+
+
+def _grow(saver: SqliteCheckpointer, thread: str, turns: int) -> list[dict]:
+    """A chain of checkpoints whose "log" channel grows by one entry per checkpoint."""
+    configs: list[dict] = []
+    version = None
+    for turn in range(turns):
+        version = saver.get_next_version(version, None)
+        checkpoint = generate_checkpoint(
+            channel_values={"log": [f"entry {i}?" for i in range(turn + 1)]}
+        )
+        checkpoint["channel_versions"] = {"log": version}
+        config = generate_config(thread)
+        if configs:
+            config["configurable"]["checkpoint_id"] = configs[-1]["configurable"]["checkpoint_id"]
+        configs.append(
+            saver.put(
+                config,
+                checkpoint,
+                generate_metadata(step=turn, run_id=f"r{turn}"),
+                {"log": version},
+            )
+        )
+    return configs
+
+
+def _codecs(saver: SqliteCheckpointer) -> list[str]:
+    with saver._db.transaction(write=False) as conn:
+        return [codec for (codec,) in conn.execute("SELECT codec FROM blobs ORDER BY version")]
+
+
+def _logs(saver: SqliteCheckpointer, configs: list[dict]) -> list[list[str] | None]:
+    loaded = [saver.get_tuple(config) for config in configs]
+    return [t.checkpoint["channel_values"]["log"] if t else None for t in loaded]
+
+
+def test_growing_lists_are_stored_as_deltas_and_read_back_exactly(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with SqliteCheckpointer(path) as saver:
+        configs = _grow(saver, "t", 40)
+        codecs = _codecs(saver)
+    assert codecs.count("append") == 37
+    assert codecs.count("") == 3
+    expected = [[f"entry {i}?" for i in range(turn + 1)] for turn in range(40)]
+    with SqliteCheckpointer(path) as reopened:  # no in-process memory of what was written
+        assert _logs(reopened, configs) == expected
+        assert [t.checkpoint["channel_values"]["log"] for t in reopened.list(None)] == expected[
+            ::-1
+        ]
+
+
+def test_prune_and_run_deletion_keep_the_bases_survivors_need(tmp_path: Path) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        configs = _grow(saver, "t", 30)
+        saver.delete_for_runs([f"r{turn}" for turn in range(29)])
+        assert _logs(saver, configs[-1:]) == [[f"entry {i}?" for i in range(30)]]
+        saver.prune(["t"], strategy="keep_latest")
+        assert _logs(saver, configs[-1:]) == [[f"entry {i}?" for i in range(30)]]
+        with saver._db.transaction(write=False) as conn:
+            remaining = conn.execute("SELECT COUNT(*) FROM blobs").fetchone()[0]
+        assert remaining <= 17  # the survivor's chain back to its full copy, no more
+
+
+def test_a_base_deleted_by_another_process_is_never_built_on(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with SqliteCheckpointer(path) as writer, SqliteCheckpointer(path) as other:
+        _grow(writer, "t", 3)
+        other.delete_thread("t")
+        configs = _grow(writer, "t", 5)  # remembers the deleted base, must not use it
+        with SqliteCheckpointer(path) as reader:
+            assert _logs(reader, configs) == [
+                [f"entry {i}?" for i in range(turn + 1)] for turn in range(5)
+            ]
+
+
+def test_overwriting_a_base_version_keeps_the_values_built_on_it(tmp_path: Path) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        configs = _grow(saver, "t", 3)
+        first = saver.get_tuple(configs[0])
+        assert first is not None
+        version = first.checkpoint["channel_versions"]["log"]
+        checkpoint = generate_checkpoint(channel_values={"log": ["rewritten"]})
+        checkpoint["channel_versions"] = {"log": version}
+        saver.put(generate_config("t"), checkpoint, generate_metadata(), {"log": version})
+        assert _logs(saver, configs[1:]) == [
+            ["entry 0?", "entry 1?"],
+            ["entry 0?", "entry 1?", "entry 2?"],
+        ]
+
+
+def test_a_corrupt_delta_is_detected_not_returned(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with SqliteCheckpointer(path) as saver:
+        configs = _grow(saver, "t", 3)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE blobs SET blob = X'01910000' WHERE codec = 'append'")
+    with SqliteCheckpointer(path) as saver, pytest.raises(SerializationError, match="corrupt"):
+        saver.get_tuple(configs[-1])

@@ -18,11 +18,16 @@ from statekeeper.errors import ConfigurationError, SerializationError
 
 __all__ = [
     "PRUNE_STRATEGIES",
+    "before_id",
+    "check_prune_strategy",
+    "checkpoint_config",
     "dump_metadata",
+    "list_scope",
     "location",
     "matches",
     "merged_metadata",
     "next_version",
+    "version_key",
 ]
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -43,6 +48,45 @@ def location(config: RunnableConfig) -> tuple[str, str, str | None]:
     if checkpoint_id is not None:
         checkpoint_id = check_id(checkpoint_id, "checkpoint_id")
     return thread_id, checkpoint_ns, checkpoint_id
+
+
+def list_scope(config: RunnableConfig | None) -> tuple[str | None, str | None, str | None]:
+    """What ``list(config)`` is narrowed to: ``(thread_id, checkpoint_ns, checkpoint_id)``,
+    each ``None`` when not given (no config: every thread; no ``checkpoint_ns`` key: every
+    namespace of the thread; ``""`` is the root namespace only)."""
+    if config is None:
+        return None, None, None
+    thread_id, _, checkpoint_id = location(config)
+    ns = config["configurable"].get("checkpoint_ns")
+    if ns is not None:
+        ns = check_id(ns, "checkpoint_ns", allow_empty=True)
+    return thread_id, ns, checkpoint_id
+
+
+def before_id(before: RunnableConfig | None) -> str | None:
+    """The checkpoint id ``list(before=...)`` lists strictly below, if any (any thread)."""
+    if before is None:
+        return None
+    return location({"configurable": {"thread_id": "-", **before["configurable"]}})[2]
+
+
+def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    """The config that names one stored checkpoint, as ``put`` returns it."""
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def check_prune_strategy(strategy: str) -> None:
+    """Raise :class:`ConfigurationError` unless ``strategy`` is one of PRUNE_STRATEGIES."""
+    if strategy not in PRUNE_STRATEGIES:
+        raise ConfigurationError(
+            f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
+        )
 
 
 def merged_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
@@ -94,6 +138,12 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict | list | tuple) or isinstance(b, dict | list | tuple):
         return False
     return bool(a == b)
+
+
+def version_key(version: str | int | float) -> str:
+    """A version as stored text: JSON keeps ``1``, ``1.0`` and ``"1"`` apart, so versions
+    of any type map to distinct keys."""
+    return json.dumps(version)
 
 
 def next_version(current: str | int | float | None) -> str:

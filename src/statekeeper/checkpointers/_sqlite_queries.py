@@ -14,7 +14,6 @@ Tables (see ``MIGRATIONS``):
 
 from __future__ import annotations
 
-import itertools
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -23,8 +22,9 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 
 from statekeeper._sqlite import Migration
-from statekeeper.checkpointers._common import location
-from statekeeper.checkpointers._payload import EMPTY, check_id
+from statekeeper.checkpointers._common import before_id, list_scope
+from statekeeper.checkpointers._lineage import keep_latest_ids, unused_values, walk_chains
+from statekeeper.checkpointers._payload import EMPTY
 
 Row = tuple[Any, ...]
 Rows = list[Row]
@@ -82,6 +82,14 @@ MIGRATIONS = (
             "CREATE INDEX checkpoints_run ON checkpoints (run_id) WHERE run_id IS NOT NULL",
         ),
     ),
+    Migration(
+        3,
+        "append deltas: a value may be stored as bytes added to a base version; checksums",
+        (
+            "ALTER TABLE blobs ADD COLUMN base_version TEXT",
+            "ALTER TABLE blobs ADD COLUMN crc INTEGER",
+        ),
+    ),
 )
 
 SELECT_CHECKPOINTS = (
@@ -90,8 +98,17 @@ SELECT_CHECKPOINTS = (
 )
 # Values of one checkpoint: its channel -> version map joined to the blobs table.
 SELECT_VALUES = (
-    "SELECT b.channel, b.type, b.codec, b.blob FROM json_each(?) AS v CROSS JOIN blobs AS b"
-    " ON b.thread_id = ? AND b.checkpoint_ns = ? AND b.channel = v.key AND b.version = v.value"
+    "SELECT b.channel, b.version, b.type, b.codec, b.blob, b.base_version, b.crc"
+    " FROM json_each(?) AS v CROSS JOIN blobs AS b ON b.thread_id = ?"
+    " AND b.checkpoint_ns = ? AND b.channel = v.key AND b.version = v.value"
+)
+SELECT_VALUE = (
+    "SELECT channel, version, type, codec, blob, base_version, crc FROM blobs"
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"
+)
+INSERT_VALUE = (
+    "INSERT OR REPLACE INTO blobs (thread_id, checkpoint_ns, channel, version, type, codec,"
+    " blob, base_version, crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 SELECT_WRITES = (
     "SELECT task_id, channel, type, codec, value, task_path, idx FROM writes"
@@ -104,14 +121,9 @@ INSERT_WRITE = "INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 COPY_COLUMNS = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, codec,"
     " checkpoint, metadata, channel_versions",
-    "blobs": "checkpoint_ns, channel, version, type, codec, blob",
+    "blobs": "checkpoint_ns, channel, version, type, codec, blob, base_version, crc",
     "writes": "checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, type, codec, value",
 }
-
-
-def version_key(version: str | int | float) -> str:
-    # JSON keeps 1, 1.0 and "1" apart, so versions of any type map to distinct keys.
-    return json.dumps(version)
 
 
 def list_where(
@@ -123,22 +135,17 @@ def list_where(
     scalars are pushed down; ``matches`` re-checks every row exactly afterwards."""
     where: list[str] = []
     params: list[Any] = []
-    if config is not None:
-        thread_id, _, checkpoint_id = location(config)
-        where.append("thread_id = ?")
-        params.append(thread_id)
-        ns = config["configurable"].get("checkpoint_ns")
-        if ns is not None:
-            where.append("checkpoint_ns = ?")
-            params.append(check_id(ns, "checkpoint_ns", allow_empty=True))
-        if checkpoint_id is not None:
-            where.append("checkpoint_id = ?")
-            params.append(checkpoint_id)
-    if before is not None:
-        _, _, before_id = location({"configurable": {"thread_id": "-", **before["configurable"]}})
-        if before_id is not None:
-            where.append("checkpoint_id < ?")
-            params.append(before_id)
+    thread_id, ns, checkpoint_id = list_scope(config)
+    below = before_id(before)
+    for column, value in (
+        ("thread_id = ?", thread_id),
+        ("checkpoint_ns = ?", ns),
+        ("checkpoint_id = ?", checkpoint_id),
+        ("checkpoint_id < ?", below),
+    ):
+        if value is not None:
+            where.append(column)
+            params.append(value)
     for key, value in (filter or {}).items():
         condition = pushdown(key, value)
         if condition is not None:
@@ -176,23 +183,30 @@ def delete_checkpoints(conn: sqlite3.Connection, keys: Sequence[Row]) -> None:
         keys,
     )
     for thread_id, ns in {(key[0], key[1]) for key in keys}:
-        used = {
-            (channel, version)
+        referenced = (
+            json.loads(versions)
             for (versions,) in conn.execute(
                 "SELECT channel_versions FROM checkpoints"
                 " WHERE thread_id = ? AND checkpoint_ns = ?",
                 (thread_id, ns),
             )
-            for channel, version in json.loads(versions).items()
-        }
+        )
         stored = conn.execute(
-            "SELECT channel, version FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?",
+            "SELECT channel, version, base_version FROM blobs"
+            " WHERE thread_id = ? AND checkpoint_ns = ?",
             (thread_id, ns),
         ).fetchall()
         conn.executemany(
             "DELETE FROM blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"
             " AND version = ?",
-            [(thread_id, ns, ch, v) for ch, v in stored if (ch, v) not in used],
+            [
+                (thread_id, ns, ch, v)
+                for ch, v in unused_values(
+                    [(ch, v) for ch, v, _ in stored],
+                    referenced,
+                    bases={(ch, v): base for ch, v, base in stored if base is not None},
+                )
+            ],
         )
 
 
@@ -204,12 +218,11 @@ def keep_latest(conn: sqlite3.Connection, thread_id: str, ns: str) -> None:
     ).fetchone()
     if newest is None:
         return
-    keep = {newest[0]}
-    # LangGraph records its DeltaChannels here; their values are rebuilt from ancestors.
-    delta_channels = list(json.loads(newest[1]).get("counters_since_delta_snapshot") or {})
-    if delta_channels:
-        chains, _ = walk_ancestors(conn, thread_id, ns, newest[0], delta_channels)
-        keep.update(itertools.chain.from_iterable(chains.values()))
+    keep = keep_latest_ids(
+        newest[0],
+        json.loads(newest[1]),
+        lambda channels: walk_ancestors(conn, thread_id, ns, newest[0], channels)[0],
+    )
     doomed = [
         (thread_id, ns, checkpoint_id)
         for (checkpoint_id,) in conn.execute(
@@ -223,10 +236,10 @@ def keep_latest(conn: sqlite3.Connection, thread_id: str, ns: str) -> None:
 
 def walk_ancestors(
     conn: sqlite3.Connection, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
-) -> tuple[dict[str, list[str]], dict[str, Row]]:
+) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Follow parent links from ``checkpoint_id`` (exclusive), nearest first. Per channel,
     return the ancestors visited until one holds a value for it (inclusive), and that
-    value's ``(type, codec, bytes)`` row as the seed. One recursive query, read lazily."""
+    value's version, the seed. One recursive query, read lazily."""
     holding = {
         (channel, version)
         for channel, version in conn.execute(
@@ -235,10 +248,6 @@ def walk_ancestors(
             (thread_id, ns, EMPTY[0], json.dumps(list(channels))),
         )
     }
-    chains: dict[str, list[str]] = {ch: [] for ch in channels}
-    seed_versions: dict[str, str] = {}
-    remaining = set(channels)
-    visited = {checkpoint_id}
     cursor = conn.execute(
         "WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, channel_versions) AS ("
         " SELECT checkpoint_id, parent_checkpoint_id, channel_versions FROM checkpoints"
@@ -251,23 +260,11 @@ def walk_ancestors(
         (thread_id, ns, checkpoint_id, thread_id, ns),
     )
     next(cursor, None)  # the target itself: its writes are not history yet
-    for ancestor, versions_json in cursor:
-        if ancestor in visited or not remaining:
-            break  # a re-put checkpoint can make a cycle; stop rather than loop
-        visited.add(ancestor)
-        versions = json.loads(versions_json)
-        for ch in list(remaining):
-            chains[ch].append(ancestor)
-            if (ch, versions.get(ch)) in holding:
-                seed_versions[ch] = versions[ch]
-                remaining.discard(ch)
+    chains, seed_versions = walk_chains(
+        checkpoint_id,
+        ((ancestor, json.loads(versions)) for ancestor, versions in cursor),
+        channels,
+        lambda ch, version: (ch, version) in holding,
+    )
     cursor.close()
-    seeds = {
-        ch: conn.execute(
-            "SELECT type, codec, blob FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?"
-            " AND channel = ? AND version = ?",
-            (thread_id, ns, ch, version),
-        ).fetchone()
-        for ch, version in seed_versions.items()
-    }
-    return chains, seeds
+    return chains, seed_versions

@@ -35,18 +35,35 @@ from statekeeper._sqlite import MEMORY, Database
 from statekeeper._urls import parse_options
 from statekeeper.checkpointers._base import Checkpointer
 from statekeeper.checkpointers._common import (
-    PRUNE_STRATEGIES,
+    check_prune_strategy,
+    checkpoint_config,
     dump_metadata,
     location,
     matches,
     merged_metadata,
+    version_key,
 )
-from statekeeper.checkpointers._payload import EMPTY, check_id, decode, encode, safe_serde
+from statekeeper.checkpointers._deltas import (
+    PlannedValue,
+    RecentPayloads,
+    StoredValue,
+    plan_value,
+)
+from statekeeper.checkpointers._lineage import assemble_history
+from statekeeper.checkpointers._payload import (
+    EMPTY,
+    check_id,
+    decode,
+    encode,
+    loads,
+    safe_serde,
+)
 from statekeeper.checkpointers._sqlite_queries import (
     COPY_COLUMNS,
     INSERT_WRITE,
     MIGRATIONS,
     SELECT_CHECKPOINTS,
+    SELECT_VALUE,
     SELECT_VALUES,
     SELECT_WRITES,
     Raw,
@@ -55,9 +72,9 @@ from statekeeper.checkpointers._sqlite_queries import (
     delete_checkpoints,
     keep_latest,
     list_where,
-    version_key,
     walk_ancestors,
 )
+from statekeeper.checkpointers._sqlite_values import read_value, write_value
 from statekeeper.errors import ConfigurationError, ThreadExistsError
 
 __all__ = ["SqliteCheckpointer"]
@@ -75,7 +92,8 @@ class SqliteCheckpointer(Checkpointer):
             ``JsonPlusSerializer`` in strict mode (see :func:`safe_serde`): stored bytes
             can only rebuild safe types plus those of the graph's state schema.
         busy_timeout: seconds a writer waits for another process's write lock.
-        compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        compress: zlib-compress payloads of 1 KiB or more when that saves space (lists
+            that grow by appending are stored as append deltas instead).
 
     Guarantees: each ``put`` and ``put_writes`` is atomic; a failed call stores nothing;
     payloads are never pickled; every SQL statement is parameterised; ids of any unicode
@@ -92,6 +110,9 @@ class SqliteCheckpointer(Checkpointer):
     ) -> None:
         super().__init__(serde=serde or safe_serde())
         self.compress = compress
+        # The last list payload written per (thread, ns, channel): the base of the next
+        # append delta, and the bytes of the newest version without reading them back.
+        self._recent = RecentPayloads()
         self._db = Database(
             path, component="checkpoints", migrations=MIGRATIONS, busy_timeout=busy_timeout
         )
@@ -188,17 +209,24 @@ class SqliteCheckpointer(Checkpointer):
         sql += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
         with self._db.transaction(write=False) as conn:
             rows = conn.execute(sql, (*args, size)).fetchall()
+            memo: dict[tuple[str, ...], bytes] = {}  # checkpoints of a page share values
             raws = [
-                self._read_rest(conn, row)
+                self._read_rest(conn, row, memo)
                 for row in rows
                 if not filter or matches(json.loads(row[7]), filter)
             ]
         last = (rows[-1][2], rows[-1][0], rows[-1][1]) if rows else None
         return raws, last, len(rows) < size
 
-    def _read_rest(self, conn: sqlite3.Connection, row: Row) -> Raw:
+    def _read_rest(
+        self, conn: sqlite3.Connection, row: Row, memo: dict[tuple[str, ...], bytes] | None = None
+    ) -> Raw:
         thread_id, ns, checkpoint_id = row[0], row[1], row[2]
-        values = conn.execute(SELECT_VALUES, (row[8], thread_id, ns)).fetchall()
+        values = [
+            (value[0], value[2], read_value(conn, thread_id, ns, value, memo or {}, self._recent))
+            for value in conn.execute(SELECT_VALUES, (row[8], thread_id, ns))
+            if value[2] != EMPTY[0]
+        ]
         writes = conn.execute(SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
         return row, values, writes
 
@@ -207,14 +235,14 @@ class SqliteCheckpointer(Checkpointer):
         thread_id, ns, checkpoint_id, parent_id, type_, codec, blob, metadata, _ = row
         checkpoint: Checkpoint = decode(self.serde, type_, codec, blob)
         checkpoint["channel_values"] = {
-            channel: decode(self.serde, t, c, b) for channel, t, c, b in value_rows if t != EMPTY[0]
+            channel: loads(self.serde, type_, data) for channel, type_, data in value_rows
         }
         write_rows.sort(key=lambda w: writes_sort_key(w[5], w[0], w[6]))
         return CheckpointTuple(
-            config=_config(thread_id, ns, checkpoint_id),
+            config=checkpoint_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
             metadata=json.loads(metadata),
-            parent_config=_config(thread_id, ns, parent_id) if parent_id else None,
+            parent_config=checkpoint_config(thread_id, ns, parent_id) if parent_id else None,
             pending_writes=[
                 (task_id, channel, decode(self.serde, t, c, v))
                 for task_id, channel, t, c, v, _, _ in write_rows
@@ -236,17 +264,13 @@ class SqliteCheckpointer(Checkpointer):
         checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
         stripped: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stripped.pop("channel_values", None) or {}
-        value_rows = [
-            (
+        plans = [
+            self._plan(
                 thread_id,
                 ns,
                 check_id(channel, "channel name", allow_empty=True),
                 version_key(version),
-                *(
-                    encode(self.serde, values[channel], compress=self.compress)
-                    if channel in values
-                    else EMPTY
-                ),
+                values,
             )
             for channel, version in new_versions.items()
         ]
@@ -263,14 +287,31 @@ class SqliteCheckpointer(Checkpointer):
             json.dumps({ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}),
         )
         with self._db.transaction(write=True) as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO blobs VALUES (?, ?, ?, ?, ?, ?, ?)", value_rows
-            )
+            chosen = [write_value(conn, thread_id, ns, plan, self._recent) for plan in plans]
             conn.execute(
                 "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 checkpoint_row,
             )
-        return _config(thread_id, ns, checkpoint_id)
+        for plan, used_fallback in zip(plans, chosen, strict=True):
+            remember = plan.remember_fallback if used_fallback else plan.remember
+            if remember is not None:
+                self._recent.put((thread_id, ns, plan.stored.channel), remember)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def _plan(
+        self, thread_id: str, ns: str, channel: str, version: str, values: dict[str, Any]
+    ) -> PlannedValue:
+        if channel not in values:  # a version without a value (e.g. a DeltaChannel step)
+            return PlannedValue(StoredValue(channel, version, *EMPTY))
+        return plan_value(
+            self.serde,
+            (thread_id, ns, channel),
+            channel,
+            version,
+            values[channel],
+            recent=self._recent,
+            compress=self.compress,
+        )
 
     def put_writes(
         self,
@@ -356,10 +397,7 @@ class SqliteCheckpointer(Checkpointer):
         (with its writes and every value it uses) — plus, when the graph uses LangGraph's
         ``DeltaChannel``, the ancestors its delta channels need to be rebuilt.
         ``"delete"`` removes the threads entirely."""
-        if strategy not in PRUNE_STRATEGIES:
-            raise ConfigurationError(
-                f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
-            )
+        check_prune_strategy(strategy)
         ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
         if strategy == "delete":
             for thread_id in ids:
@@ -394,9 +432,12 @@ class SqliteCheckpointer(Checkpointer):
                 ).fetchone()
                 checkpoint_id = newest[0] if newest else None
             chains: dict[str, list[str]] = {ch: [] for ch in channels}
-            seeds: dict[str, Row] = {}
+            seeds: dict[str, tuple[str, bytes]] = {}
             if checkpoint_id is not None:
-                chains, seeds = walk_ancestors(conn, thread_id, ns, checkpoint_id, channels)
+                chains, seed_versions = walk_ancestors(conn, thread_id, ns, checkpoint_id, channels)
+                for ch, version in seed_versions.items():
+                    row = conn.execute(SELECT_VALUE, (thread_id, ns, ch, version)).fetchone()
+                    seeds[ch] = (row[2], read_value(conn, thread_id, ns, row, {}, self._recent))
             write_rows = {
                 ch: conn.execute(
                     "SELECT checkpoint_id, task_id, type, codec, value, task_path, idx"
@@ -407,33 +448,23 @@ class SqliteCheckpointer(Checkpointer):
                 for ch, chain in chains.items()
                 if chain
             }
-        result: dict[str, DeltaChannelHistory] = {}
-        for ch in channels:
-            by_checkpoint: dict[str, list[Row]] = {}
-            for row in write_rows.get(ch, []):
-                by_checkpoint.setdefault(row[0], []).append(row)
-            writes: list[PendingWrite] = []
-            for ancestor in reversed(chains[ch]):
-                ordered = sorted(
-                    by_checkpoint.get(ancestor, []),
-                    key=lambda w: writes_sort_key(w[5], w[1], w[6]),
-                )
-                writes.extend(
-                    (task_id, ch, decode(self.serde, t, c, v))
-                    for _, task_id, t, c, v, _, _ in ordered
-                )
-            entry: DeltaChannelHistory = {"writes": writes}
-            if ch in seeds:
-                entry["seed"] = decode(self.serde, *seeds[ch])
-            result[ch] = entry
-        return result
+        by_checkpoint: dict[tuple[str, str], list[Row]] = {}
+        for ch, rows in write_rows.items():
+            for row in rows:
+                by_checkpoint.setdefault((row[0], ch), []).append(row)
 
+        def writes_of(checkpoint_id: str, ch: str) -> list[PendingWrite]:
+            ordered = sorted(
+                by_checkpoint.get((checkpoint_id, ch), []),
+                key=lambda w: writes_sort_key(w[5], w[1], w[6]),
+            )
+            return [
+                (task_id, ch, decode(self.serde, t, c, v)) for _, task_id, t, c, v, _, _ in ordered
+            ]
 
-def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
+        return assemble_history(
+            channels,
+            chains,
+            {ch: loads(self.serde, *seed) for ch, seed in seeds.items()},
+            writes_of,
+        )
