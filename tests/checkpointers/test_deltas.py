@@ -17,6 +17,7 @@ from statekeeper.checkpointers._deltas import (
     apply_delta,
     plan_value,
     rebuild,
+    rebuild_all,
 )
 from statekeeper.checkpointers._payload import safe_serde
 from statekeeper.errors import SerializationError
@@ -151,3 +152,12 @@ def test_a_corrupt_chain_is_detected_by_its_checksum() -> None:
     tampered = StoredValue(base.channel, base.version, base.type, "", _bytes(["x"]), None, base.crc)
     with pytest.raises(SerializationError, match="checksum mismatch"):
         rebuild([*chain[:-1], tampered])
+
+
+def test_rebuild_all_starts_from_an_already_rebuilt_base() -> None:
+    values = [["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]]
+    stored = _store_chain(values)
+    chain = _chain_of(stored, "v003")
+    everything = rebuild_all(chain)
+    assert [SERDE.loads_typed(("msgpack", data)) for data in everything] == values[::-1]
+    assert rebuild_all(chain[:2], below=everything[2]) == everything[:2]

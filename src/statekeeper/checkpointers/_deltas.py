@@ -22,7 +22,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper.checkpointers._payload import dumps, ensure_exact, pack, unpack
+from statekeeper.checkpointers._payload import EMPTY, dumps, ensure_exact, pack, unpack
 from statekeeper.errors import SerializationError
 
 __all__ = [
@@ -34,8 +34,10 @@ __all__ = [
     "append_delta",
     "apply_delta",
     "crc",
+    "plan_new_value",
     "plan_value",
     "rebuild",
+    "rebuild_all",
 ]
 
 MAX_CHAIN = 16  # deltas between two full copies: bounds the work of one read
@@ -209,6 +211,26 @@ def plan_value(
     return PlannedValue(full, remember=whole, remember_fallback=whole)
 
 
+def plan_new_value(
+    serde: SerializerProtocol,
+    key: Hashable,
+    channel: str,
+    version: str,
+    values: dict[str, Any],
+    *,
+    recent: RecentPayloads,
+    compress: bool,
+) -> PlannedValue:
+    """Plan the value of a channel named in a ``put``'s ``new_versions``: the ``empty``
+    marker when the checkpoint carries no value for it (a consumed channel, a
+    ``DeltaChannel`` step), else :func:`plan_value` of ``values[channel]``."""
+    if channel not in values:
+        return PlannedValue(StoredValue(channel, version, *EMPTY))
+    return plan_value(
+        serde, key, channel, version, values[channel], recent=recent, compress=compress
+    )
+
+
 def rebuild(chain: Sequence[StoredValue]) -> bytes:
     """The full payload of ``chain[0]``, given its delta chain down to a full copy
     (``chain[-1]``), nearest base first; checked against the stored CRC.
@@ -216,13 +238,35 @@ def rebuild(chain: Sequence[StoredValue]) -> bytes:
     Raises:
         SerializationError: a payload in the chain is corrupt.
     """
-    data = unpack(chain[-1].codec, chain[-1].data)
-    for link in reversed(chain[:-1]):
-        data = apply_delta(data, link.data)
-    wanted = chain[0]
-    if wanted.crc is not None and crc(data) != wanted.crc:
+    return rebuild_all(chain)[0]
+
+
+def rebuild_all(chain: Sequence[StoredValue], below: bytes | None = None) -> list[bytes]:
+    """The full payload of every value in ``chain`` (same order), given the delta chain of
+    ``chain[0]`` nearest base first, down to either a full copy (``chain[-1]``) or, when
+    ``below`` is given, the value whose full payload ``below`` is (the base of
+    ``chain[-1]``, already rebuilt). Each payload is checked against its stored CRC.
+
+    Raises:
+        SerializationError: a payload in the chain is corrupt.
+    """
+    links = list(chain)
+    rebuilt: list[bytes] = []
+    if below is None:  # the chain ends in a full copy
+        full = links.pop()
+        below = _checked(full, unpack(full.codec, full.data))
+        rebuilt.append(below)
+    data = below
+    for link in reversed(links):
+        data = _checked(link, apply_delta(data, link.data))
+        rebuilt.append(data)
+    return rebuilt[::-1]
+
+
+def _checked(value: StoredValue, data: bytes) -> bytes:
+    if value.crc is not None and crc(data) != value.crc:
         raise SerializationError(
-            f"the stored value of channel {wanted.channel!r} at version {wanted.version} is "
+            f"the stored value of channel {value.channel!r} at version {value.version} is "
             "corrupt (checksum mismatch); restore the database from a backup"
         )
     return data

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 
-from statekeeper.checkpointers._deltas import PlannedValue, RecentPayloads, StoredValue, rebuild
+from statekeeper.checkpointers._deltas import (
+    PlannedValue,
+    RecentPayloads,
+    StoredValue,
+    rebuild_all,
+)
 from statekeeper.checkpointers._sqlite_queries import INSERT_VALUE, SELECT_VALUE, Row
 from statekeeper.errors import SerializationError
 
@@ -39,7 +44,11 @@ def read_value(
         memo[key] = remembered.data
         return remembered.data
     chain = [wanted]
+    below = None  # the full payload under the chain, when a caller already rebuilt it
     while chain[-1].base is not None:
+        below = memo.get((thread_id, ns, wanted.channel, chain[-1].base))
+        if below is not None:
+            break
         base = conn.execute(
             SELECT_VALUE, (thread_id, ns, wanted.channel, chain[-1].base)
         ).fetchone()
@@ -50,8 +59,10 @@ def read_value(
                 "database is corrupt: restore it from a backup"
             )
         chain.append(StoredValue(*base))
-    memo[key] = data = rebuild(chain)
-    return data
+    # Keep every payload rebuilt on the way: older checkpoints of a listing need them.
+    for link, data in zip(chain, rebuild_all(chain, below), strict=True):
+        memo[(thread_id, ns, link.channel, link.version)] = data
+    return memo[key]
 
 
 def write_value(
