@@ -43,12 +43,7 @@ from statekeeper.checkpointers._common import (
     merged_metadata,
     version_key,
 )
-from statekeeper.checkpointers._deltas import (
-    PlannedValue,
-    RecentPayloads,
-    StoredValue,
-    plan_value,
-)
+from statekeeper.checkpointers._deltas import PlannedValue, RecentPayloads, plan_new_value
 from statekeeper.checkpointers._lineage import assemble_history
 from statekeeper.checkpointers._payload import (
     EMPTY,
@@ -223,7 +218,11 @@ class SqliteCheckpointer(Checkpointer):
     ) -> Raw:
         thread_id, ns, checkpoint_id = row[0], row[1], row[2]
         values = [
-            (value[0], value[2], read_value(conn, thread_id, ns, value, memo or {}, self._recent))
+            (
+                value[0],
+                value[2],
+                read_value(conn, thread_id, ns, value, {} if memo is None else memo, self._recent),
+            )
             for value in conn.execute(SELECT_VALUES, (row[8], thread_id, ns))
             if value[2] != EMPTY[0]
         ]
@@ -301,16 +300,9 @@ class SqliteCheckpointer(Checkpointer):
     def _plan(
         self, thread_id: str, ns: str, channel: str, version: str, values: dict[str, Any]
     ) -> PlannedValue:
-        if channel not in values:  # a version without a value (e.g. a DeltaChannel step)
-            return PlannedValue(StoredValue(channel, version, *EMPTY))
-        return plan_value(
-            self.serde,
-            (thread_id, ns, channel),
-            channel,
-            version,
-            values[channel],
-            recent=self._recent,
-            compress=self.compress,
+        key = (thread_id, ns, channel)
+        return plan_new_value(
+            self.serde, key, channel, version, values, recent=self._recent, compress=self.compress
         )
 
     def put_writes(
