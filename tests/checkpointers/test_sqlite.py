@@ -521,3 +521,22 @@ def test_a_corrupt_delta_is_detected_not_returned(tmp_path: Path) -> None:
         conn.execute("UPDATE blobs SET blob = X'01910000' WHERE codec = 'append'")
     with SqliteCheckpointer(path) as saver, pytest.raises(SerializationError, match="corrupt"):
         saver.get_tuple(configs[-1])
+
+
+def test_listing_a_history_rebuilds_each_version_once(tmp_path: Path, monkeypatch) -> None:
+    from statekeeper.checkpointers import _deltas
+
+    calls: list[int] = []
+    original = _deltas.apply_delta
+
+    def counting(base: bytes, delta: bytes) -> bytes:
+        calls.append(1)
+        return original(base, delta)
+
+    path = str(tmp_path / "s.db")
+    with SqliteCheckpointer(path) as saver:
+        _grow(saver, "t", 40)
+    monkeypatch.setattr(_deltas, "apply_delta", counting)
+    with SqliteCheckpointer(path) as reader:  # nothing remembered: every delta is read
+        assert len(list(reader.list(None))) == 40
+    assert len(calls) == 37  # one per stored delta, not one per delta per checkpoint
