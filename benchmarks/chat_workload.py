@@ -187,6 +187,43 @@ def open_ours(path: Path) -> Iterator[Store]:
         yield Store(saver, lambda: sqlite_file_bytes(path))
 
 
+@contextmanager
+def open_ours_file(path: Path) -> Iterator[Store]:
+    from statekeeper.checkpointers import open_checkpointer
+
+    def directory_bytes() -> int:  # the sum of the store's file sizes
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+    with open_checkpointer(f"file://{path.resolve()}") as saver:
+        yield Store(saver, directory_bytes)
+
+
+@contextmanager
+def open_ours_redis(_path: Path) -> Iterator[Store]:
+    """On $REDIS_URL (default: the local server) under a fresh key prefix. Bytes: the sum
+    of MEMORY USAGE of the prefix's keys when the saver closes; then the keys are deleted."""
+    import os
+    import uuid
+
+    import redis
+
+    from statekeeper.checkpointers import open_checkpointer
+
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    prefix = f"bench-{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(url)
+    measured: list[int] = []
+    try:
+        with open_checkpointer(url, prefix=prefix) as saver:
+            yield Store(saver, lambda: measured[0])
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+            measured.append(sum(client.memory_usage(k, samples=0) or 0 for k in keys))
+    finally:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.unlink(key)
+        client.close()
+
+
 @dataclass(frozen=True)
 class Backend:
     key: str  # for --savers
@@ -199,6 +236,8 @@ BACKENDS = [
     Backend("memory", "LangGraph InMemorySaver", open_in_memory),
     Backend("sqlite", "LangGraph SqliteSaver", open_langgraph_sqlite),
     Backend("ours", "statekeeper SqliteCheckpointer", open_ours, ours=True),
+    Backend("file", "statekeeper FileCheckpointer", open_ours_file, ours=True),
+    Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis, ours=True),
 ]
 
 # -- measuring ---------------------------------------------------------------------------
@@ -318,13 +357,14 @@ def ratios(ours: Result, theirs: Result) -> dict[str, float | None]:
 
 
 def ratio_rows(results: list[tuple[Backend, Result]]) -> dict[str, dict[str, float | None]]:
-    ours = [r for b, r in results if b.ours and r.error is None]
-    if not ours:
-        return {}
+    """One row per (statekeeper saver, LangGraph saver) pair that both ran."""
+    ok = [(b, r) for b, r in results if r.error is None]
     return {
-        f"ours / {r.saver}": ratios(ours[0], r)
-        for b, r in results
-        if not b.ours and r.error is None
+        f"{mine.saver} / {theirs.saver}": ratios(mine, theirs)
+        for b_mine, mine in ok
+        if b_mine.ours
+        for b_theirs, theirs in ok
+        if not b_theirs.ours
     }
 
 
@@ -352,7 +392,7 @@ def markdown(results: list[tuple[Backend, Result]], threads: int, turns: int) ->
             lines.append(f"| {r.saver} | " + " | ".join(cells) + " |")
     rows = ratio_rows(results)
     if rows:
-        lines += ["", "Ratios (< 1: ours is faster / smaller):", ""]
+        lines += ["", "Ratios (< 1: statekeeper's is faster / smaller):", ""]
         lines += ["| ratio | " + " | ".join(COLUMNS.values()) + " |"]
         lines += ["|---|" + "---:|" * len(COLUMNS)]
         for name, row in rows.items():

@@ -18,14 +18,30 @@ class Backend:
     name: str
     url_for: Callable[[Path], str]  # tmp_path -> URL
     persistent: bool  # does data survive close() + reopen of the same URL?
+    cleanup: Callable[[str], None] | None = None  # URL -> delete what the test stored
 
     def __str__(self) -> str:
         return self.name
 
 
+def _redis() -> Any:
+    """The session's Redis servers (tests/redis_servers.py), imported on first use."""
+    from tests.redis_servers import REDIS
+
+    return REDIS
+
+
+def _redis_cleanup(url: str) -> None:
+    _redis().cleanup(url)
+
+
 BACKENDS = [
     Backend("memory", lambda tmp: "memory://", persistent=False),
     Backend("sqlite", lambda tmp: f"sqlite:///{tmp}/state.db", persistent=True),
+    Backend("file", lambda tmp: f"file://{tmp}/files", persistent=True),
+    # each URL has its own key prefix; cleanup deletes its keys (see tests/redis_servers.py)
+    Backend("redis", lambda tmp: _redis().url("standalone"), True, _redis_cleanup),
+    Backend("redis-cluster", lambda tmp: _redis().url("cluster"), True, _redis_cleanup),
 ]
 
 
@@ -35,8 +51,21 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 @pytest.fixture
-def url(backend: Backend, tmp_path: Path) -> str:
-    return backend.url_for(tmp_path)
+def url(backend: Backend, tmp_path: Path) -> Iterator[str]:
+    made = backend.url_for(tmp_path)
+    yield made
+    if backend.cleanup is not None:
+        backend.cleanup(made)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _redis_servers() -> Iterator[None]:
+    """Stops the Redis servers the session started and deletes keys tests left behind."""
+    yield
+    import sys
+
+    if "tests.redis_servers" in sys.modules:
+        _redis().stop()
 
 
 @pytest.fixture

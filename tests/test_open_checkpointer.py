@@ -100,6 +100,7 @@ def test_public_api_is_pinned() -> None:
     assert statekeeper.__all__ == sorted(statekeeper.__all__)
     assert set(statekeeper.__all__) == {
         "ConfigurationError",
+        "CorruptCheckpointError",
         "InvalidIdError",
         "SchemaVersionError",
         "SerializationError",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
+    CorruptCheckpointError,
     InvalidIdError,
     SchemaVersionError,
     SerializationError,
@@ -20,6 +21,7 @@ from statekeeper.errors import (
 
 __all__ = [
     "ConfigurationError",
+    "CorruptCheckpointError",
     "InvalidIdError",
     "SchemaVersionError",
     "SerializationError",

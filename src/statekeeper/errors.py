@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "CorruptCheckpointError",
     "InvalidIdError",
     "SchemaVersionError",
     "SerializationError",
@@ -41,6 +42,37 @@ class StorageError(StatekeeperError):
 
 class SchemaVersionError(StorageError):
     """The stored data was written by a newer statekeeper than the one reading it."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A stored checkpoint failed its integrity check: a file it needs is truncated,
+    altered (checksum mismatch) or missing. Nothing is returned in its place unless the
+    backend was asked to fall back to an older checkpoint.
+
+    Attributes name what is damaged (``None`` when not known): ``path`` (the file),
+    ``thread_id``, ``checkpoint_ns``, ``checkpoint_id`` and ``reason``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        thread_id: str | None = None,
+        checkpoint_ns: str | None = None,
+        checkpoint_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.thread_id = thread_id
+        self.checkpoint_ns = checkpoint_ns
+        self.checkpoint_id = checkpoint_id
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only attributes survive pickling (multiprocessing, logging handlers)
+        return (type(self), (str(self),), self.__dict__)
 
 
 class ThreadExistsError(StatekeeperError):

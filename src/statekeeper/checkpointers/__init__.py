@@ -18,9 +18,17 @@ from statekeeper._urls import StorageURL, parse_url
 from statekeeper.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from statekeeper.checkpointers.file import FileCheckpointer
+    from statekeeper.checkpointers.redis import RedisCheckpointer
     from statekeeper.checkpointers.sqlite import SqliteCheckpointer
 
-__all__ = ["SqliteCheckpointer", "known_schemes", "open_checkpointer"]
+__all__ = [
+    "FileCheckpointer",
+    "RedisCheckpointer",
+    "SqliteCheckpointer",
+    "known_schemes",
+    "open_checkpointer",
+]
 
 
 def _open_memory(url: StorageURL, options: dict[str, Any]) -> SqliteCheckpointer:
@@ -51,10 +59,35 @@ def _open_sqlite(url: StorageURL, options: dict[str, Any]) -> SqliteCheckpointer
     return SqliteCheckpointer.from_url_options(path, url.options, options)
 
 
-# scheme -> opener. The file and Redis backends register here when they land.
+def _open_file(url: StorageURL, options: dict[str, Any]) -> FileCheckpointer:
+    from statekeeper.checkpointers.file import FileCheckpointer
+
+    forms = "write file:///absolute/dir or file://./relative/dir"
+    if url.netloc not in ("", "."):
+        raise ConfigurationError(f"file URLs have no host: {url.raw!r}; {forms}")
+    # file:///var/state -> "/var/state"; file://./state -> "./state" (relative to the cwd)
+    path = "." + url.path if url.netloc == "." else url.path
+    if path in ("", "/"):
+        raise ConfigurationError(f"file URL {url.raw!r} names no directory; {forms}")
+    return FileCheckpointer.from_url_options(path, url.options, options)
+
+
+def _open_redis(url: StorageURL, options: dict[str, Any]) -> RedisCheckpointer:
+    # Importing the module imports redis; without it, a ConfigurationError says what to install.
+    from statekeeper.checkpointers.redis import RedisCheckpointer
+
+    return RedisCheckpointer.from_url_options(url, options)
+
+
+# scheme -> opener: one entry per URL scheme; each imports its backend on first use.
 _OPENERS: dict[str, Callable[[StorageURL, dict[str, Any]], Any]] = {
     "memory": _open_memory,
     "sqlite": _open_sqlite,
+    "file": _open_file,
+    "redis": _open_redis,
+    "rediss": _open_redis,
+    "redis+cluster": _open_redis,
+    "rediss+cluster": _open_redis,
 }
 
 
@@ -70,6 +103,11 @@ def open_checkpointer(url: str, **options: Any) -> Any:
 
     * ``memory://`` — in this process only (SQLite in memory: same semantics as files).
     * ``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` — the embedded default.
+    * ``file:///absolute/dir``, ``file://./relative/dir`` — plain files, one folder per
+      thread (options ``compress``, ``on_corrupt``, ``lock_timeout``; POSIX only).
+    * ``redis://host:port/db``, ``rediss://...`` (TLS), ``redis+cluster://host:port`` — Redis
+      or Valkey (options ``prefix``, ``ttl``, ``refresh_on_read``...; needs
+      ``pip install 'statekeeper[redis]'``).
 
     ``options`` are passed to the backend's constructor (for SQLite: ``busy_timeout``,
     ``serde``, ``compress``); URL query parameters (``?busy_timeout=5``) set the same
@@ -90,4 +128,12 @@ def __getattr__(name: str) -> Any:
         from statekeeper.checkpointers.sqlite import SqliteCheckpointer
 
         return SqliteCheckpointer
+    if name == "FileCheckpointer":
+        from statekeeper.checkpointers.file import FileCheckpointer
+
+        return FileCheckpointer
+    if name == "RedisCheckpointer":
+        from statekeeper.checkpointers.redis import RedisCheckpointer
+
+        return RedisCheckpointer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,245 @@
+"""One (thread, namespace) of the file checkpointer: its folder and the files in it.
+
+::
+
+    <namespace>/checkpoints              one line per checkpoint (see _file_index)
+    <namespace>/values/<channel>@<ver>   a record: one channel value at one version
+    <namespace>/writes/<checkpoint id>   a record: every pending write of one checkpoint
+
+Reading returns payloads as ``(type, codec, bytes)``; decoding them with the saver's serde
+is the backend's business. Every reader checks that a record's own ids match the file it
+was found in (so a shortened name's hash collision, or a misplaced file, is damage).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import functools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.base import writes_sort_key
+
+from statekeeper._files import (
+    RecordError,
+    pack_record,
+    read_bytes,
+    replace_file,
+    storage_error,
+    sync_dir,
+    unpack_record,
+)
+from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
+from statekeeper.checkpointers._file_layout import file_name, value_file_name
+from statekeeper.errors import CorruptCheckpointError
+
+__all__ = [
+    "SUBDIRS",
+    "Damaged",
+    "Namespace",
+    "Payload",
+    "WriteRow",
+    "corrupt_error",
+    "names_in",
+    "read_record",
+    "reporting",
+    "short",
+]
+
+SUBDIRS = ("values", "writes")
+Payload = tuple[str, str, bytes]  # (type, codec, bytes), as _payload.encode returns
+WriteRow = tuple[Any, ...]  # (task_id, idx, channel, task_path, type, codec, bytes)
+Meta = dict[str, Any]
+
+
+class Damaged(Exception):
+    """A stored file is not intact: ``path`` and a human ``reason``."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = Path(path)
+        self.reason = reason
+
+
+def read_record(path: Path, kind: str) -> tuple[Meta, list[bytes]]:
+    """The record at ``path``, checked.
+
+    Raises:
+        FileNotFoundError: there is no such file (its path is ``args[0]``).
+        Damaged: it is truncated, altered, or not a ``kind`` record.
+        StorageError: it cannot be read.
+    """
+    try:
+        data = read_bytes(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise FileNotFoundError(str(path)) from None
+    except OSError as exc:
+        raise storage_error(exc, "read", path) from exc
+    try:
+        meta, blobs = unpack_record(data)
+    except RecordError as exc:
+        raise Damaged(path, str(exc)) from None
+    if meta.get("kind") != kind:
+        raise Damaged(path, f"holds a {meta.get('kind')!r} record, not a {kind!r} one")
+    return meta, blobs
+
+
+def short(text: str | None) -> str:
+    """``repr`` of an id, shortened for messages (ids can be 10,000 characters long)."""
+    shown = repr(text)
+    return shown if len(shown) <= 80 else f"{shown[:77]}...'"
+
+
+def corrupt_error(
+    n: Namespace, checkpoint_id: str | None, path: Path | str, reason: str
+) -> CorruptCheckpointError:
+    """The error for damage met in ``n``, naming the thread, checkpoint and file."""
+    which = f"checkpoint {short(checkpoint_id)}" if checkpoint_id else "a checkpoint"
+    return CorruptCheckpointError(
+        f"{which} of thread {short(n.thread_id)} (namespace {short(n.ns)}) is damaged: "
+        f"{path}: {reason}; run verify(quarantine=True) to move damaged files aside, or "
+        "open with on_corrupt='fallback' to use the newest intact checkpoint",
+        path=str(path),
+        thread_id=n.thread_id,
+        checkpoint_ns=n.ns,
+        checkpoint_id=checkpoint_id,
+        reason=reason,
+    )
+
+
+@contextlib.contextmanager
+def reporting(n: Namespace, checkpoint_id: str | None = None) -> Iterator[None]:
+    """Turn damage (or a missing file) met in the block into CorruptCheckpointError."""
+    try:
+        yield
+    except Damaged as damage:
+        raise corrupt_error(n, checkpoint_id, damage.path, damage.reason) from None
+    except DamagedIndex as damage:
+        raise corrupt_error(n, checkpoint_id, n.index, str(damage)) from None
+    except FileNotFoundError as missing:
+        raise corrupt_error(n, checkpoint_id, str(missing), "the file is missing") from None
+
+
+def names_in(folder: Path) -> Iterator[str]:
+    """Entries of ``folder`` that can be ours (not temporary or hidden), sorted."""
+    try:
+        names = sorted(os.listdir(folder))  # noqa: PTH208 - names, not Path objects
+    except (FileNotFoundError, NotADirectoryError):
+        return iter(())
+    return (name for name in names if not name.startswith("."))
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """One (thread, namespace) and its folder; ``durable`` says whether writes are
+    flushed to disk before they count (the checkpointer's ``fsync`` option)."""
+
+    thread_id: str
+    ns: str
+    dir: Path
+    durable: bool = True
+
+    @functools.cached_property
+    def index(self) -> Path:
+        return self.dir / "checkpoints"
+
+    @functools.cached_property
+    def values_dir(self) -> Path:
+        return self.dir / "values"
+
+    @functools.cached_property
+    def writes_dir(self) -> Path:
+        return self.dir / "writes"
+
+    def writes_path(self, checkpoint_id: str) -> Path:
+        return self.writes_dir / file_name(checkpoint_id)
+
+    def value_path(self, channel: str, version: Any) -> Path:
+        return self.values_dir / value_file_name(channel, version)
+
+    def entries(self) -> list[Entry]:
+        """Every checkpoint, oldest first; ``[]`` if there is none.
+
+        Raises:
+            DamagedIndex: a line is damaged (a rewrite must not drop it).
+        """
+        try:
+            with IndexView(self.index) as view:
+                return view.all(strict=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    # -- reading -----------------------------------------------------------------------
+
+    def checkpoint_payload(self, entry: Entry) -> Payload:
+        """The serialised checkpoint (without its values) that ``entry``'s line holds."""
+        try:
+            body = base64.b64decode(entry.record["checkpoint"], validate=True)
+            return entry.record["type"], entry.record["codec"], body
+        except (KeyError, TypeError, binascii.Error) as exc:
+            reason = f"malformed line of checkpoint {entry.checkpoint_id!r} ({exc!r})"
+            raise Damaged(self.index, reason) from None
+
+    def write_rows(self, checkpoint_id: str) -> list[WriteRow]:
+        """A checkpoint's pending writes as ``(task_id, idx, channel, task_path, type,
+        codec, bytes)`` in ``writes_sort_key`` order; ``[]`` when it has none."""
+        path = self.writes_path(checkpoint_id)
+        try:
+            meta, blobs = read_record(path, "writes")
+        except FileNotFoundError:
+            return []
+        try:
+            if meta["checkpoint_id"] != checkpoint_id:
+                raise Damaged(path, f"holds the writes of {meta['checkpoint_id']!r}")
+            rows = [(*row, blob) for row, blob in zip(meta["writes"], blobs, strict=True)]
+            return sorted(rows, key=lambda r: writes_sort_key(r[3], r[0], r[1]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Damaged(path, f"malformed writes record ({exc!r})") from None
+
+    # -- writing (the caller holds the thread's lock) -----------------------------------
+
+    def merge_writes(self, checkpoint_id: str, rows: Sequence[WriteRow]) -> None:
+        """Add a task's write rows to a checkpoint's writes: a regular write already stored
+        for (task, index) is kept; special channels (negative index) are replaced.
+
+        Raises:
+            Damaged: the stored writes are damaged (they are never overwritten).
+        """
+        merged = {(r[0], r[1]): r for r in self.write_rows(checkpoint_id)}
+        changed = False
+        for row in rows:
+            key = (row[0], row[1])
+            if (row[1] >= 0 and key in merged) or merged.get(key) == row:
+                continue
+            merged[key], changed = row, True
+        if not changed:
+            return
+        ordered = sorted(merged.values(), key=lambda r: writes_sort_key(r[3], r[0], r[1]))
+        meta = {"kind": "writes", "checkpoint_id": checkpoint_id}
+        self.write(
+            self.writes_path(checkpoint_id),
+            {**meta, "writes": [list(r[:6]) for r in ordered]},
+            [r[6] for r in ordered],
+        )
+        self.sync(self.writes_dir)
+
+    def write(self, path: Path, meta: Meta, blobs: Sequence[bytes]) -> None:
+        """Atomically (re)write the record at ``path``; :meth:`sync` its folder after."""
+        data = pack_record(meta, blobs)
+        try:
+            replace_file(path, data, durable=self.durable)
+        except OSError as exc:
+            raise storage_error(exc, "write", path) from exc
+
+    def sync(self, folder: Path) -> None:
+        """Make the renames in ``folder`` durable (when ``durable``)."""
+        if self.durable:
+            try:
+                sync_dir(folder)
+            except OSError as exc:
+                raise storage_error(exc, "flush the directory", folder) from exc

@@ -1,0 +1,363 @@
+"""The directory of a file checkpointer, and the operations that span namespaces.
+
+::
+
+    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 1}
+    <root>/threads/<thread>/<namespace>/      one folder per (thread, namespace); names
+        checkpoints                           from _file_layout.file_name; the files in
+        values/<channel>@<version>            it are described in _file_namespace
+        writes/<checkpoint id>
+    <root>/locks/<thread>                     flock targets, one per thread
+    <root>/quarantine/                        damaged files moved aside by verify()
+    <root>/trash/                             threads being deleted or copied
+
+Value and writes files are written once through a temporary file and a rename and never
+modified in place, so a copied thread shares them through hard links; the ``checkpoints``
+file is only appended to or replaced, and a copy gets its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from statekeeper._files import TEMP_PREFIX, KeyLocks, read_bytes, replace_file, storage_error
+from statekeeper._files import sync_dir as _sync_dir
+from statekeeper.checkpointers import _file_index
+from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
+from statekeeper.checkpointers._file_layout import decode_name, file_name, is_hashed, version_name
+from statekeeper.checkpointers._file_namespace import (
+    SUBDIRS,
+    Namespace,
+    corrupt_error,
+    names_in,
+    reporting,
+)
+from statekeeper.checkpointers._file_values import value_bases, walk
+from statekeeper.checkpointers._lineage import keep_latest_ids, unused_values
+from statekeeper.errors import ConfigurationError, CorruptCheckpointError, SchemaVersionError
+
+__all__ = ["FORMAT_FILE", "Store"]
+
+FORMAT_FILE = "statekeeper.json"
+_FORMAT = {"format": "statekeeper-file", "version": 1}
+log = logging.getLogger("statekeeper.checkpointers.file")
+
+
+class Store:
+    """The directory of one file checkpointer (see the module docstring).
+
+    ``lenient`` (``on_corrupt="fallback"``) logs and skips damaged checkpoint lines
+    instead of raising; ``durable`` (``fsync=True``) flushes every write to disk.
+    """
+
+    def __init__(self, root: Path, lock_timeout: float, *, lenient: bool, durable: bool):
+        self.root = root
+        self.lenient = lenient
+        self.durable = durable
+        self.threads = root / "threads"
+        self.quarantine = root / "quarantine"
+        self.trash = root / "trash"
+        self.locks = KeyLocks(root / "locks", lock_timeout)  # fails first where no flock
+        try:
+            self._initialise()
+        except OSError as exc:
+            raise storage_error(exc, "set up the checkpoint directory", root) from exc
+
+    def _initialise(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        marker = self.root / FORMAT_FILE
+        try:
+            found = json.loads(read_bytes(marker))
+        except FileNotFoundError:
+            strays = [p for p in self.root.iterdir() if not p.name.startswith(TEMP_PREFIX)]
+            if strays:
+                raise ConfigurationError(
+                    f"{str(self.root)!r} is not empty and holds no {FORMAT_FILE}, so it is "
+                    "not a statekeeper file store; choose a new or empty directory"
+                ) from None
+            replace_file(marker, json.dumps(_FORMAT).encode() + b"\n")
+            _sync_dir(self.root)
+            found = _FORMAT
+        except ValueError:
+            found = {}
+        if not isinstance(found, dict) or found.get("format") != _FORMAT["format"]:
+            raise ConfigurationError(f"{str(marker)!r} is not a statekeeper format marker")
+        if not isinstance(found.get("version"), int) or found["version"] > _FORMAT["version"]:
+            raise SchemaVersionError(
+                f"{str(self.root)!r} uses file format version {found.get('version')!r}, "
+                f"newer than this statekeeper understands ({_FORMAT['version']}); upgrade it"
+            )
+        for sub in (self.threads, self.root / "locks", self.quarantine, self.trash):
+            sub.mkdir(exist_ok=True)
+
+    def sync(self, *folders: Path) -> None:
+        """Make the creations, renames and removals in ``folders`` durable."""
+        for folder in folders if self.durable else ():
+            try:
+                _sync_dir(folder)
+            except OSError as exc:
+                raise storage_error(exc, "flush the directory", folder) from exc
+
+    # -- naming and discovery ----------------------------------------------------------
+
+    def lock(self, *thread_ids: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the write locks of these threads (taken in a fixed order)."""
+        return self.locks.hold(*(file_name(t) for t in thread_ids))
+
+    def thread_dir(self, thread_id: str) -> Path:
+        return self.threads / file_name(thread_id)
+
+    def namespace(self, thread_id: str, ns: str) -> Namespace:
+        folder = self.thread_dir(thread_id) / file_name(ns)
+        return Namespace(thread_id, ns, folder, self.durable)
+
+    def thread_ids(self) -> list[str]:
+        """Every thread that has a namespace folder with a ``checkpoints`` file."""
+        found = []
+        for name in names_in(self.threads):
+            if not is_hashed(name):
+                with contextlib.suppress(ValueError):
+                    found.append(decode_name(name))
+                continue
+            for ns_name in names_in(self.threads / name):
+                header = self._header(self.threads / name / ns_name / "checkpoints")
+                if header is not None:
+                    found.append(header["thread_id"])
+                    break
+        return found
+
+    def namespaces(self, thread_id: str) -> list[Namespace]:
+        """The namespaces of ``thread_id`` that have a ``checkpoints`` file."""
+        thread_dir = self.thread_dir(thread_id)
+        found = []
+        for name in names_in(thread_dir):
+            if is_hashed(name) or is_hashed(thread_dir.name):
+                header = self._header(thread_dir / name / "checkpoints")
+                if header is None:
+                    continue
+                n = Namespace(thread_id, header["checkpoint_ns"], thread_dir / name, self.durable)
+                if header["thread_id"] != thread_id or file_name(n.ns) != name:
+                    raise corrupt_error(n, None, n.index, "its header names another thread")
+                found.append(n)
+                continue
+            try:
+                n = Namespace(thread_id, decode_name(name), thread_dir / name, self.durable)
+            except ValueError:
+                continue  # not ours (a stray file a user or tool left)
+            if n.index.exists():
+                found.append(n)
+        return found
+
+    def scope(self, thread_id: str | None, ns: str | None) -> list[Namespace]:
+        """The namespaces ``list`` reads: every one (no thread), every one of a thread
+        (no namespace), or one."""
+        if thread_id is None:
+            return [n for t in self.thread_ids() for n in self.namespaces(t)]
+        if ns is None:
+            return self.namespaces(thread_id)
+        return [self.namespace(thread_id, ns)]
+
+    def _header(self, index: Path) -> dict[str, Any] | None:
+        try:
+            with IndexView(index) as view:
+                return view.header()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except DamagedIndex as exc:
+            raise CorruptCheckpointError(
+                f"{index}: {exc}; the full thread and namespace ids of this shortened folder "
+                "name are only stored there: run verify(quarantine=True)",
+                path=str(index),
+                reason=str(exc),
+            ) from None
+
+    # -- the checkpoints file ----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def index(self, n: Namespace, *, writable: bool = False) -> Iterator[IndexView]:
+        """``n``'s ``checkpoints`` file (``FileNotFoundError`` if there is none). A damaged
+        line raises CorruptCheckpointError or, when lenient, is logged and skipped."""
+        on_damage: Callable[[DamagedIndex], None] | None = None
+        if self.lenient:
+
+            def on_damage(damage: DamagedIndex) -> None:
+                log.warning("skipping a damaged line of %s: %s", n.index, damage)
+
+        try:
+            with IndexView(n.index, on_damage, writable=writable) as view:
+                yield view
+        except DamagedIndex as damage:
+            raise corrupt_error(n, None, n.index, str(damage)) from None
+
+    def newest(
+        self, n: Namespace, below: str | None, checkpoint_id: str | None = None, page: int = 1
+    ) -> Iterator[Entry]:
+        """Checkpoints of ``n`` with ids below ``below`` (only ``checkpoint_id``, if given),
+        newest first. Read in pages (``page`` lines, then four times more each time) from
+        the end of the file, reopened per page, so no descriptor is held between items, a
+        long history is never read whole, and a damaged old line is not met by a caller
+        that only wanted the newest."""
+        while True:
+            try:
+                with self.index(n) as view:
+                    if checkpoint_id is None:
+                        entries = view.newest(below, page)
+                    else:
+                        found = view.find(checkpoint_id)
+                        wanted = below is None or checkpoint_id < below
+                        entries = [found] if found is not None and wanted else []
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            yield from entries
+            if checkpoint_id is not None or len(entries) < page:
+                return
+            below, page = entries[-1].checkpoint_id, min(page * 4, 256)
+
+    def has_checkpoints(self, thread_id: str) -> bool:
+        """Whether any namespace of ``thread_id`` has a checkpoint."""
+        return any(next(self.newest(n, None), None) for n in self.namespaces(thread_id))
+
+    # -- writing (the caller holds the thread's lock) -----------------------------------
+
+    def ensure(self, n: Namespace) -> None:
+        """Create ``n``'s folders and empty ``checkpoints`` file if missing, durably."""
+        if n.index.exists():
+            return
+        try:
+            created = []
+            for folder in (n.dir.parent, n.dir, *(n.dir / sub for sub in SUBDIRS)):
+                with contextlib.suppress(FileExistsError):
+                    folder.mkdir()
+                    created.append(folder)
+            self.sync(*(folder.parent for folder in created))
+            _file_index.create(n.index, n.thread_id, n.ns, durable=self.durable)
+            self.sync(n.dir)
+        except OSError as exc:
+            raise storage_error(exc, "create the namespace folder", n.dir) from exc
+
+    def commit(self, n: Namespace, entry: Entry) -> None:
+        """Make ``entry``'s checkpoint exist; the values it needs must be durable."""
+        try:
+            with self.index(n, writable=True) as view:
+                _file_index.commit(view, entry, n.thread_id, n.ns, durable=self.durable)
+        except OSError as exc:
+            raise storage_error(exc, "update", n.index) from exc
+
+    def keep_latest(self, n: Namespace) -> None:
+        """``prune(strategy="keep_latest")`` of one namespace (see _lineage.keep_latest_ids)."""
+        with reporting(n):
+            entries = n.entries()
+        if not entries:
+            return
+        newest = entries[-1]
+        with reporting(n, newest.checkpoint_id), self.index(n) as view:
+            keep = keep_latest_ids(
+                newest.checkpoint_id,
+                newest.record["metadata"],
+                lambda channels: walk(n, view, newest, channels)[0],
+            )
+        if doomed := {e.checkpoint_id for e in entries} - keep:
+            self.drop(n, entries, doomed)
+
+    def drop_runs(self, n: Namespace, run_ids: set[str]) -> None:
+        """``delete_for_runs`` in one namespace."""
+        with reporting(n):
+            entries = n.entries()
+        if doomed := {e.checkpoint_id for e in entries if e.run_id in run_ids}:
+            self.drop(n, entries, doomed)
+
+    def drop(self, n: Namespace, entries: list[Entry], doomed: set[str]) -> None:
+        """Delete checkpoints of ``n`` with their writes, then the values no survivor
+        uses. Rewriting the ``checkpoints`` file is the commit; files are removed after
+        it (a crash in between leaves unused files, never a checkpoint without its own)."""
+        kept = [e for e in entries if e.checkpoint_id not in doomed]
+        try:
+            _file_index.rewrite(n.index, n.thread_id, n.ns, kept, durable=self.durable)
+            for checkpoint_id in doomed:
+                n.writes_path(checkpoint_id).unlink(missing_ok=True)
+        except OSError as exc:
+            raise storage_error(exc, "delete checkpoints in", n.dir) from exc
+        self.sync(n.dir / "writes")
+        self.collect_values(n, (e.record["channel_versions"] for e in kept))
+
+    def collect_values(self, n: Namespace, referenced: Iterable[Mapping[str, Any]]) -> None:
+        """Remove the values of ``n`` that no ``channel_versions`` in ``referenced`` uses,
+        directly or as the base of an append delta a survivor uses."""
+        stored, bases = value_bases(n)
+        used = (
+            {file_name(ch): version_name(v) for ch, v in versions.items()}
+            for versions in referenced
+        )
+        for channel, version in unused_values(stored, used, bases):
+            with contextlib.suppress(FileNotFoundError):
+                (n.values_dir / f"{channel}@{version}").unlink()
+        self.sync(n.values_dir)
+
+    # -- whole threads -----------------------------------------------------------------
+
+    def remove_thread(self, thread_id: str) -> None:
+        """Delete a thread's folder: one rename makes it vanish for readers at once."""
+        doomed = self.trash / f"deleted-{os.urandom(8).hex()}"
+        try:
+            self.thread_dir(thread_id).rename(doomed)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise storage_error(exc, "delete", self.thread_dir(thread_id)) from exc
+        self.sync(self.threads)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def copy_thread(self, source: str, target: str) -> None:
+        """Copy every namespace of ``source`` to ``target`` (which has no checkpoints),
+        built aside and published with one rename. Value and writes files are hard links
+        when the file system allows (they are never modified in place)."""
+        if not self.thread_dir(source).is_dir():
+            return
+        staging = self.trash / f"copy-{os.urandom(8).hex()}"
+        try:
+            staging.mkdir()
+            for n in self.namespaces(source):
+                with reporting(n):
+                    entries = n.entries()
+                copy = staging / n.dir.name
+                copy.mkdir()
+                for sub in SUBDIRS:
+                    (copy / sub).mkdir()
+                    for name in names_in(n.dir / sub):
+                        self._link(n.dir / sub / name, copy / sub / name)
+                    self.sync(copy / sub)
+                _file_index.rewrite(
+                    copy / "checkpoints", target, n.ns, entries, durable=self.durable
+                )
+            existing = self.thread_dir(target)
+            for folder, _, names in os.walk(existing):  # pending writes of no checkpoint
+                for name in names:
+                    relative = (Path(folder) / name).relative_to(existing)
+                    if not name.startswith(".") and not (staging / relative).exists():
+                        (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                        self._link(existing / relative, staging / relative)
+            self.sync(staging)
+            old = self.trash / f"replaced-{os.urandom(8).hex()}"
+            with contextlib.suppress(FileNotFoundError):
+                existing.rename(old)
+            staging.rename(existing)
+            self.sync(self.threads)
+            shutil.rmtree(old, ignore_errors=True)
+        except BaseException as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise storage_error(exc, "copy", self.thread_dir(source)) from exc
+            raise
+
+    def _link(self, source: Path, target: Path) -> None:
+        try:
+            os.link(source, target)
+        except OSError:  # no hard links here (another device, FAT, some network mounts)
+            replace_file(target, read_bytes(source), durable=self.durable)

@@ -1,0 +1,475 @@
+"""``FileCheckpointer``: every thread in plain files under one directory, standard library only.
+
+The layout (``docs/file-backend.md``; sketched in :mod:`._file_store`) is a folder per
+(thread, namespace) holding a ``checkpoints`` file — one line of readable JSON per
+checkpoint, sorted by id — one checksummed file per (channel, version), written once when
+the version is new and shared by every later checkpoint, and one per checkpoint's writes.
+
+Guarantees:
+
+* Crash safety: every file is written to a temporary file, flushed and renamed into place
+  (the ``checkpoints`` file is appended to, or replaced the same way); a checkpoint exists
+  once its line is appended, after every value it needs is durable. A process killed at
+  any instant leaves the old state or the new one.
+* Integrity: every line and file carries a SHA-256 of its content. A truncated, altered or
+  missing file is detected on load and raises :class:`CorruptCheckpointError` naming the
+  thread, checkpoint and file; ``on_corrupt="fallback"`` instead logs a warning and
+  returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists damage and
+  can move it into ``quarantine/``; nothing damaged is ever deleted.
+* Concurrency: writers of one thread queue on that thread's ``fcntl.flock`` (POSIX only),
+  in this process and others; readers take no lock and see only committed checkpoints.
+* Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
+  ``checkpoints`` file, so they cost the same for ten checkpoints or ten thousand.
+"""
+
+from __future__ import annotations
+
+import base64
+import heapq
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper._urls import parse_options
+from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.checkpointers._common import (
+    before_id,
+    check_prune_strategy,
+    checkpoint_config,
+    dump_metadata,
+    list_scope,
+    location,
+    matches,
+    merged_metadata,
+)
+from statekeeper.checkpointers._deltas import RecentPayloads
+from statekeeper.checkpointers._file_index import Entry, make_entry
+from statekeeper.checkpointers._file_namespace import (
+    Damaged,
+    Namespace,
+    Payload,
+    WriteRow,
+    corrupt_error,
+    reporting,
+    short,
+)
+from statekeeper.checkpointers._file_store import Store
+from statekeeper.checkpointers._file_values import (
+    Memo,
+    check_versions,
+    plan_values,
+    read_value,
+    stored_channels,
+    walk,
+    write_values,
+)
+from statekeeper.checkpointers._file_verify import CorruptFile, verify
+from statekeeper.checkpointers._lineage import assemble_history
+from statekeeper.checkpointers._payload import check_id, decode, encode, safe_serde
+from statekeeper.errors import (
+    ConfigurationError,
+    StorageError,
+    ThreadExistsError,
+)
+
+__all__ = ["ON_CORRUPT", "CorruptFile", "FileCheckpointer"]
+
+ON_CORRUPT = ("raise", "fallback")
+_OPTIONS: dict[str, type] = {
+    "compress": bool,
+    "on_corrupt": str,
+    "lock_timeout": float,
+    "fsync": bool,
+    "serde": object,
+}
+log = logging.getLogger(__name__)
+CorruptFiles = list[CorruptFile]
+Writes = list[PendingWrite]
+
+
+class FileCheckpointer(Checkpointer):
+    """A LangGraph checkpointer keeping everything in plain files under ``path``.
+
+    Args:
+        path: the directory; created if missing. An existing non-empty directory must
+            already be a statekeeper file store (it holds ``statekeeper.json``).
+        serde: the serializer for every payload (default: :func:`safe_serde`).
+        compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
+            stored file is damaged; ``"fallback"`` logs a warning on the
+            ``statekeeper.checkpointers.file`` logger and skips it, so ``get_tuple``
+            returns the newest intact checkpoint and ``list`` the intact ones. A
+            checkpoint asked for by id is never substituted: it loads or raises.
+        lock_timeout: seconds a writer waits for another process's lock on a thread.
+        fsync: flush every write to disk before it counts, so a committed checkpoint
+            survives a power loss (the default). ``False`` keeps every write atomic — a
+            killed process still leaves the old or the new checkpoint — but a power loss
+            may lose the last checkpoints, or damage files (their checksums tell).
+
+    Each ``put``, ``put_writes``, ``copy_thread``, ``prune`` and ``delete_*`` is atomic
+    per namespace: a failed call leaves what was stored before. Payloads are never pickled.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        serde: SerializerProtocol | None = None,
+        compress: bool = True,
+        on_corrupt: str = "raise",
+        lock_timeout: float = 30.0,
+        fsync: bool = True,
+    ) -> None:
+        super().__init__(serde=serde or safe_serde())
+        if on_corrupt not in ON_CORRUPT:
+            raise ConfigurationError(
+                f"on_corrupt must be one of {', '.join(ON_CORRUPT)}, got {on_corrupt!r}"
+            )
+        if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
+            raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
+        self.compress = compress
+        self.on_corrupt = on_corrupt
+        root = Path(path).expanduser()
+        self._store = Store(
+            root, float(lock_timeout), lenient=on_corrupt == "fallback", durable=fsync
+        )
+        self._closed = False
+        # the last list written per (thread, namespace, channel): what a delta builds on
+        self._recent = RecentPayloads()
+
+    @classmethod
+    def from_url_options(
+        cls, path: str, url_options: Mapping[str, str], options: Mapping[str, Any]
+    ) -> Self:
+        """Build from URL query options (text) and keyword options; keywords win."""
+        return cls(path, **parse_options("file", _OPTIONS, url_options, options))
+
+    @property
+    def path(self) -> str:
+        """The directory, as given (a relative path stays relative)."""
+        return str(self._store.root)
+
+    def close(self) -> None:
+        """Mark the checkpointer closed (it holds no open file between calls).
+        Idempotent; later calls raise StorageError."""
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
+
+    def _open_store(self) -> Store:
+        if self._closed:
+            raise StorageError(f"the file checkpointer on {self.path!r} is closed; open a new one")
+        return self._store
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the newest of its thread and namespace when
+        it names none; ``None`` when there is none."""
+        thread_id, ns, checkpoint_id = location(config)
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        if checkpoint_id is not None:
+            found = next(store.newest(n, None, checkpoint_id), None)
+            return None if found is None else self._load(n, found, may_skip=False)
+        for entry in store.newest(n, None):
+            if (loaded := self._load(n, entry, may_skip=True)) is not None:
+                return loaded
+        return None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id, then thread and namespace, across
+        threads when ``config`` is ``None``), whose metadata equals ``filter`` on every
+        key, strictly older than ``before``; at most ``limit``. Indexes are read from the
+        end in pages, so the first items come without reading a whole history."""
+        if limit is not None and limit <= 0:
+            return
+        thread_id, ns, checkpoint_id = list_scope(config)
+        below = before_id(before)
+        store = self._open_store()
+
+        first_page = min(limit or 16, 16)
+
+        def stream(n: Namespace) -> Iterator[tuple[tuple[str, str, str], Namespace, Entry]]:
+            for entry in store.newest(n, below, checkpoint_id, page=first_page):
+                yield (entry.checkpoint_id, n.thread_id, n.ns), n, entry
+
+        remaining = limit
+        streams = map(stream, store.scope(thread_id, ns))
+        merged = heapq.merge(*streams, key=lambda item: item[0], reverse=True)
+        memos: dict[Namespace, Memo] = {}  # payloads rebuilt from deltas, per namespace
+        for _, n, entry in merged:
+            memo = memos.setdefault(n, {})
+            loaded = self._load(n, entry, may_skip=True, filter=filter, memo=memo)
+            if loaded is None:
+                continue
+            yield loaded
+            if remaining is not None:
+                remaining -= 1
+                if remaining == 0:
+                    return
+
+    def _load(
+        self,
+        n: Namespace,
+        entry: Entry,
+        *,
+        may_skip: bool,
+        filter: dict[str, Any] | None = None,
+        memo: Memo | None = None,
+    ) -> CheckpointTuple | None:
+        """The tuple of an indexed checkpoint; None if ``filter`` rejects it, if it was
+        deleted while being read, or (``on_corrupt="fallback"`` and ``may_skip``) if it
+        is damaged."""
+        checkpoint_id = entry.checkpoint_id
+        try:
+            return self._read_tuple(n, entry, filter, memo)
+        except FileNotFoundError as missing:
+            if next(self._store.newest(n, None, checkpoint_id), None) is None:
+                return None  # deleted (pruned, thread removed) while we read it: not damage
+            error = corrupt_error(n, checkpoint_id, missing.args[0], "the file is missing")
+        except Damaged as damage:
+            error = corrupt_error(n, checkpoint_id, damage.path, damage.reason)
+        if may_skip and self.on_corrupt == "fallback":
+            log.warning("%s; skipped, using an older checkpoint (on_corrupt='fallback')", error)
+            return None
+        raise error
+
+    def _read_tuple(
+        self, n: Namespace, entry: Entry, filter: dict[str, Any] | None, memo: Memo | None
+    ) -> CheckpointTuple | None:
+        record = entry.record
+        if filter and not matches(record["metadata"], filter):
+            return None
+        checkpoint: Checkpoint = decode(self.serde, *n.checkpoint_payload(entry))
+        versions = record["channel_versions"]
+        values = {}
+        for channel in record["values"]:
+            value = read_value(n, channel, versions[channel], self._recent, memo)
+            if value is not None:
+                values[channel] = decode(self.serde, *value)
+        checkpoint["channel_values"] = values
+        parent = entry.parent_id
+        return CheckpointTuple(
+            config=checkpoint_config(n.thread_id, n.ns, entry.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=record["metadata"],
+            parent_config=checkpoint_config(n.thread_id, n.ns, parent) if parent else None,
+            pending_writes=self._decode_writes(n.write_rows(entry.checkpoint_id)),
+        )
+
+    def _decode_writes(self, rows: Sequence[WriteRow], channel: str | None = None) -> Writes:
+        return [
+            (task_id, ch, decode(self.serde, type_, codec, blob))
+            for task_id, _, ch, _, type_, codec, blob in rows
+            if channel is None or ch == channel
+        ]
+
+    # -- writing -----------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` as a child of the checkpoint ``config`` names, writing the
+        values of the channels in ``new_versions`` only. Atomic: the checkpoint exists
+        once its index line is written, after every file it needs is durable."""
+        thread_id, ns, parent_id = location(config)
+        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
+        stripped: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
+        plans = plan_values(
+            self.serde, (thread_id, ns), new_versions, values, self._recent, self.compress
+        )
+        stored_metadata = merged_metadata(config, metadata)
+        dump_metadata(stored_metadata)  # SerializationError unless it is JSON
+        versions = {
+            check_id(ch, "channel name", allow_empty=True): version
+            for ch, version in checkpoint["channel_versions"].items()
+        }
+        check_versions(versions, {ch: version for ch, (version, _) in plans.items()})
+        type_, codec, body = encode(self.serde, stripped, compress=self.compress)
+        run_id = stored_metadata.get("run_id")
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        with store.lock(thread_id):
+            store.ensure(n)
+            remember = write_values(n, plans, self._recent)
+            stored = stored_channels(n, versions, plans)
+            entry = make_entry(
+                {
+                    "checkpoint_id": checkpoint_id,
+                    "parent_checkpoint_id": parent_id,
+                    "run_id": run_id if isinstance(run_id, str) else None,
+                    "metadata": stored_metadata,
+                    "channel_versions": versions,
+                    "values": stored,  # the channels with a stored value at their version
+                    "type": type_,
+                    "codec": codec,
+                    "checkpoint": base64.b64encode(body).decode("ascii"),
+                }
+            )
+            store.commit(n, entry)
+        for channel, remembered in remember.items():  # only now: the write is committed
+            self._recent.put((thread_id, ns, channel), remembered)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
+        a regular write already stored for (task, index) is kept; the special channels
+        (``__error__``, ``__interrupt__``, ...) are replaced by the newest write. A
+        damaged writes file is never overwritten: CorruptCheckpointError."""
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
+        task_id = check_id(task_id, "task_id", allow_empty=True)
+        task_path = check_id(task_path, "task_path", allow_empty=True)
+        rows = [
+            (
+                task_id,
+                WRITES_IDX_MAP.get(channel, idx),
+                check_id(channel, "channel name", allow_empty=True),
+                task_path,
+                *encode(self.serde, value, compress=self.compress),
+            )
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        with store.lock(thread_id):
+            store.ensure(n)
+            with reporting(n, checkpoint_id):
+                n.merge_writes(checkpoint_id, rows)
+
+    # -- thread maintenance ------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces):
+        one rename makes the whole thread disappear at once."""
+        thread_id = check_id(thread_id, "thread_id")
+        store = self._open_store()
+        with store.lock(thread_id):
+            store.remove_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) created by any of ``run_ids``, in every
+        thread and namespace; values no remaining checkpoint uses are deleted too."""
+        ids = {check_id(run_id, "run_id") for run_id in run_ids}
+        if not ids:
+            return
+        store = self._open_store()
+        for thread_id in store.thread_ids():
+            with store.lock(thread_id):
+                for n in store.namespaces(thread_id):
+                    store.drop_runs(n, ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint (all namespaces), value and write of the source thread
+        to the target thread, keeping checkpoint ids; published with one rename.
+
+        Raises:
+            ThreadExistsError: the target thread already has checkpoints (nothing is
+                changed; delete it first or pick another id).
+        """
+        source = check_id(source_thread_id, "source thread_id")
+        target = check_id(target_thread_id, "target thread_id")
+        store = self._open_store()
+        with store.lock(source, target):
+            if store.has_checkpoints(target):
+                raise ThreadExistsError(
+                    f"cannot copy thread {short(source)} into {short(target)}: the target "
+                    "already has checkpoints; delete it first or choose a new thread id"
+                )
+            with reporting(store.namespace(source, "")):
+                store.copy_thread(source, target)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Shrink threads. ``"keep_latest"`` keeps the newest checkpoint of each namespace
+        (with its writes and every value it uses) — plus, when the graph uses LangGraph's
+        ``DeltaChannel``, the ancestors its delta channels need to be rebuilt.
+        ``"delete"`` removes the threads entirely."""
+        check_prune_strategy(strategy)
+        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
+        if strategy == "delete":
+            for thread_id in ids:
+                self.delete_thread(thread_id)
+            return
+        store = self._open_store()
+        for thread_id in ids:
+            with store.lock(thread_id):
+                for n in store.namespaces(thread_id):
+                    store.keep_latest(n)
+
+    # -- DeltaChannel support ------------------------------------------------------------
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel: the writes on the target's ancestor path (oldest first, each
+        checkpoint's in ``writes_sort_key`` order) back to the nearest ancestor holding a
+        value, which is the ``seed``. Follows parent ids through the ``checkpoints`` file
+        (bisecting it once per ancestor), reading only the writes and seeds it needs."""
+        if not channels:
+            return {}
+        thread_id, ns, checkpoint_id = location(config)
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        target = next(store.newest(n, None, checkpoint_id), None)
+        chains: dict[str, list[str]] = {ch: [] for ch in channels}
+        seeds: dict[str, Payload] = {}
+        rows: dict[str, list[WriteRow]] = {}
+        if target is not None:
+            with reporting(n, target.checkpoint_id), store.index(n) as view:
+                chains, seeds = walk(n, view, target, channels)
+                for ancestor in {c for chain in chains.values() for c in chain}:
+                    rows[ancestor] = n.write_rows(ancestor)
+
+        def writes_of(ancestor: str, ch: str) -> Writes:
+            return self._decode_writes(rows[ancestor], ch)
+
+        decoded = {ch: decode(self.serde, *payload) for ch, payload in seeds.items()}
+        return assemble_history(channels, chains, decoded, writes_of)
+
+    # -- integrity -----------------------------------------------------------------------
+
+    def verify(self, *, quarantine: bool = False) -> CorruptFiles:
+        """Check every stored file; return the damaged ones as :class:`CorruptFile`
+        (path, reason, and the thread, namespace and checkpoint they belong to).
+
+        With ``quarantine=True``, move them into ``quarantine/<timestamp>/`` under the
+        directory, and rewrite each ``checkpoints`` file without its damaged lines and the
+        checkpoints that need a damaged file (the old file is kept in quarantine), so that
+        every checkpoint left loads. Nothing is deleted, except temporary files that
+        interrupted writes left (they never held a committed checkpoint).
+        """
+        return verify(self._open_store(), quarantine=quarantine)

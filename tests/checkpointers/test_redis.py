@@ -1,0 +1,834 @@
+"""What only the Redis backend promises: URLs and options, the key layout and its hash
+tags, id encoding that keeps threads and prefixes apart, TTLs, bounded work per call,
+faults (a killed server, a killed writer), Cluster slots, and several processes resuming
+each other's threads. Everything runs against real servers (tests/redis_servers.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import operator
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+import redis
+import redis.cluster
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
+from langgraph.graph import END, START, StateGraph
+
+from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
+from statekeeper.errors import (
+    ConfigurationError,
+    SchemaVersionError,
+    SerializationError,
+    StorageError,
+)
+from tests.redis_servers import REDIS, Server, client_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# -- fixtures and helpers ------------------------------------------------------------------
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    made = REDIS.url("standalone")
+    yield made
+    REDIS.cleanup(made)
+
+
+@pytest.fixture
+def cluster_url() -> Iterator[str]:
+    made = REDIS.url("cluster")
+    yield made
+    REDIS.cleanup(made)
+
+
+@pytest.fixture
+def private() -> Iterator[Server]:
+    """A redis-server of this test's own, which it may kill and restart."""
+    server = REDIS.private()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[redis.Redis]:
+    plain = redis.Redis.from_url(url.split("?", 1)[0])
+    yield plain
+    plain.close()
+
+
+def prefix_of(url: str) -> str:
+    return url.split("prefix=", 1)[1]
+
+
+def cfg(thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> dict[str, Any]:
+    configurable = {"thread_id": thread_id, "checkpoint_ns": ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def put(saver: Any, thread_id: str, values: dict[str, Any], parent: Any = None, **md: Any) -> Any:
+    """Store one checkpoint with a new version of every channel in ``values``."""
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = dict(values)
+    versions = {ch: saver.get_next_version(None, None) for ch in values}
+    checkpoint["channel_versions"] = versions
+    config = parent or cfg(thread_id)
+    return saver.put(config, checkpoint, {"source": "loop", "step": 0, **md}, versions)
+
+
+def keys_of(client: Any, prefix: str) -> set[bytes]:
+    return set(client.scan_iter(match=f"{prefix}*", count=1000))
+
+
+# -- URLs and options -------------------------------------------------------------------------
+
+
+def test_redis_schemes_are_known() -> None:
+    assert {"redis", "rediss", "redis+cluster", "rediss+cluster"} <= set(known_schemes())
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ("redis://", "names no host"),
+        ("redis:///0", "names no host"),
+        ("redis://:pw@/0", "names no host"),
+        ("redis://localhost:99999/0", "bad port"),
+        ("redis://localhost:port/0", "bad port"),
+        ("redis://localhost/abc", "bad database number 'abc'"),
+        ("redis://localhost/-1", "bad database number"),
+        ("redis://localhost/1/2", "bad database number"),
+        ("redis+cluster://localhost:7000/1", "only database 0"),
+        ("redis://localhost/0?colour=blue", "unknown Redis option 'colour'"),
+        ("redis://localhost/0?ttl=soon", "ttl must be a number"),
+        ("redis://localhost/0?ttl=-5", "ttl must be a number of seconds > 0"),
+        ("redis://localhost/0?ttl=0", "ttl must be a number of seconds > 0"),
+        ("redis://localhost/0?refresh_on_read=true", "refresh_on_read needs a ttl"),
+        ("redis://localhost/0?refresh_on_read=maybe", "must be true or false"),
+        ("redis://localhost/0?prefix=", "bad Redis key prefix"),
+        ("redis://localhost/0?prefix=a%7Bb%7D", "bad Redis key prefix"),
+        ("redis://localhost/0?prefix=a%20b", "bad Redis key prefix"),
+        ("redis://localhost/0?prefix=a*", "bad Redis key prefix"),
+        ("redis://localhost/0?retries=-1", "retries must be a whole number"),
+        ("redis://localhost/0?socket_timeout=0", "socket_timeout must be seconds > 0"),
+        ("rediss://localhost/0?ssl_cert_reqs=sometimes", "ssl_cert_reqs must be one of"),
+        ("redis://localhost/0?prefix=a&prefix=b", "given twice"),
+    ],
+)
+def test_bad_urls_and_options_raise_configuration_errors(bad: str, expected: str) -> None:
+    with pytest.raises(ConfigurationError, match=expected):
+        open_checkpointer(bad)
+
+
+def test_query_options_are_parsed_and_keywords_win(url: str) -> None:
+    with open_checkpointer(f"{url}&ttl=30&refresh_on_read=yes&compress=false") as saver:
+        assert isinstance(saver, RedisCheckpointer)
+        assert saver.prefix == prefix_of(url)
+        assert saver.ttl == 30.0
+        assert saver._plans.refresh_on_read is True
+        assert saver._plans.compress is False
+    with open_checkpointer(f"{url}&ttl=30", ttl=5) as saver:
+        assert saver.ttl == 5
+
+
+def test_the_class_takes_keywords_not_query_options(url: str) -> None:
+    with pytest.raises(ConfigurationError, match="pass options as keywords"):
+        RedisCheckpointer(url)
+    with RedisCheckpointer(url.split("?")[0], prefix=prefix_of(url)) as saver:
+        put(saver, "t", {"a": 1})
+        assert saver.get_tuple(cfg("t")) is not None
+
+
+def test_missing_redis_package_says_what_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['redis'] = None\n"  # makes `import redis` fail
+        "from statekeeper.checkpointers import open_checkpointer\n"
+        "from statekeeper.errors import ConfigurationError\n"
+        "try:\n"
+        "    open_checkpointer('redis://127.0.0.1:6379/0')\n"
+        "except ConfigurationError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'statekeeper[redis]'" in out.stdout
+
+
+def test_errors_and_repr_name_the_server_but_never_the_password() -> None:
+    server = REDIS.private("--requirepass", "hunter2")
+    url = f"redis://default:hunter2@127.0.0.1:{server.port}/0?retries=1&prefix=x"
+    try:
+        with open_checkpointer(url) as saver:
+            assert repr(saver) == (
+                f"RedisCheckpointer('redis://default:***@127.0.0.1:{server.port}/0', prefix='x')"
+            )
+            put(saver, "t", {"a": 1})
+            server.kill()
+            with pytest.raises(StorageError) as info:
+                saver.get_tuple(cfg("t"))
+        message = str(info.value)
+        assert f"default:***@127.0.0.1:{server.port}" in message
+        assert "hunter2" not in message
+        assert "cannot reach Redis" in message
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="cannot reach Redis") as info:
+            open_checkpointer(url)  # the server is still down: opening fails clearly too
+        assert "hunter2" not in str(info.value)
+        assert time.monotonic() - started < 10
+    finally:
+        server.stop()
+
+
+# -- key layout and encoding -------------------------------------------------------------
+
+
+def test_every_key_of_a_thread_shares_its_hash_tag_and_stays_under_the_prefix(
+    url: str, client: redis.Redis
+) -> None:
+    prefix = prefix_of(url)
+    with open_checkpointer(url) as saver:
+        stored = put(saver, "thread-1", {"a": "x" * 5000, "b": [1, 2]}, run_id="run-1")
+        saver.put_writes(stored, [("a", 1)], "task")
+    assert keys_of(client, prefix) == {
+        f"{prefix}:layout".encode(),
+        f"{prefix}:threads".encode(),
+        *(
+            f"{prefix}:{{thread-1}}:{name}".encode()
+            for name in ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
+        ),
+    }
+    thread_keys = [k for k in keys_of(client, prefix) if b"{" in k]
+    assert len({redis.cluster.key_slot(k) for k in thread_keys}) == 1
+    assert client.zrange(f"{prefix}:threads", 0, -1) == [b"thread-1"]
+
+
+ODD_IDS = [
+    "a:b",
+    "*",
+    "t-*",
+    "{t}",
+    "}",
+    "{",
+    "?",
+    "[a-z]",
+    "a b",
+    "線程 🚀",
+    "a\x00b",
+    "x" * 3000,
+    "%41",
+    "A",
+    "threads",
+    "layout",
+    "t}:ids",
+]
+
+
+def test_odd_ids_are_encoded_into_distinct_tags_of_safe_characters(
+    url: str, client: redis.Redis
+) -> None:
+    prefix = prefix_of(url)
+    with open_checkpointer(url) as saver:
+        for tid in ODD_IDS:
+            put(saver, tid, {"who": tid})
+        tags = set()
+        for key in keys_of(client, prefix):
+            rest = key.decode()[len(prefix) + 1 :]
+            if rest in ("layout", "threads"):
+                continue
+            assert rest.startswith("{")
+            tag, _, name = rest[1:].partition("}:")
+            assert name in ("ids", "ns", "cp", "blobs", "refs", "runs"), key
+            assert all((c.isalnum() and c.isascii()) or c in "%_.-~" for c in tag), key
+            tags.add(tag)
+        assert len(tags) == len(ODD_IDS)
+        for tid in ODD_IDS:
+            tup = saver.get_tuple(cfg(tid))
+            assert tup is not None
+            assert tup.checkpoint["channel_values"] == {"who": tid}
+        assert sorted(t.config["configurable"]["thread_id"] for t in saver.list(None)) == sorted(
+            ODD_IDS
+        )
+
+
+def test_deleting_and_pruning_never_touch_other_prefixes_or_foreign_keys(
+    url: str, client: redis.Redis
+) -> None:
+    prefix = prefix_of(url)
+    neighbour = f"{prefix}x"  # a prefix that extends ours
+    nested = f"{prefix}:threads"  # a prefix that starts with our registry's key
+    planted = {
+        f"{prefix}:{{t}}:other": "hash",
+        f"{prefix}:{{t}}x:ids": "string",
+        f"{prefix}:{{t}}": "string",
+        f"{prefix}:{{t*}}:ids": "string",
+        f"{prefix}:threadsX": "string",
+        f"{prefix}:{{%74}}:ids": "string",  # a tag that decodes to "t" if decoded twice
+    }
+    for key, kind in planted.items():
+        if kind == "hash":
+            client.hset(key, "f", "planted")
+        else:
+            client.set(key, "planted")
+    try:
+        with (
+            open_checkpointer(url) as saver,
+            open_checkpointer(url.replace(prefix, neighbour)) as other,
+            open_checkpointer(url.replace(prefix, nested)) as tricky,
+        ):
+            for s in (saver, other, tricky):
+                first = put(s, "t", {"a": 1})
+                put(s, "t", {"a": 2}, parent=first)
+                put(s, "t*", {"a": 3})
+                put(s, "u", {"a": 4})
+            before_other = [t.checkpoint for t in other.list(None)]
+            before_tricky = [t.checkpoint for t in tricky.list(None)]
+
+            saver.prune(["t"], strategy="keep_latest")
+            assert len(list(saver.list(cfg("t")))) == 1
+            saver.delete_thread("t")
+            saver.prune(["t*"], strategy="delete")
+            saver.delete_for_runs(["*"])
+
+            assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["u"]
+            assert [t.checkpoint for t in other.list(None)] == before_other
+            assert [t.checkpoint for t in tricky.list(None)] == before_tricky
+        for key in planted:
+            assert client.exists(key), f"{key} was deleted"
+    finally:
+        client.delete(*planted)  # the neighbours' keys go with the test's prefix
+
+
+def test_a_newer_layout_is_refused_and_left_alone(url: str, client: redis.Redis) -> None:
+    client.set(f"{prefix_of(url)}:layout", "99")
+    with pytest.raises(SchemaVersionError, match="layout version 99"):
+        open_checkpointer(url)
+    assert client.get(f"{prefix_of(url)}:layout") == b"99"
+
+
+# -- bounded work ------------------------------------------------------------------------
+
+
+def _commands(server: Server) -> dict[str, int]:
+    """Calls per command since the last reset, scripts' own calls included."""
+    stats = redis.Redis(port=server.port).info("commandstats")
+    ignored = {"config|resetstat", "info", "hello", "client|setinfo"}
+    calls = {name.removeprefix("cmdstat_"): s["calls"] for name, s in stats.items()}
+    return {name: n for name, n in calls.items() if name not in ignored}
+
+
+def test_latest_and_list_limit_do_the_same_work_whatever_the_thread_size(
+    private: Server,
+) -> None:
+    admin = redis.Redis(port=private.port)
+    with open_checkpointer(f"redis://127.0.0.1:{private.port}/0") as saver:
+        for thread_id, size in (("short", 40), ("long", 400)):
+            parent = None
+            for step in range(size):  # the last 20 have values too large to pass through Lua
+                big = random.Random(step).randbytes(100_000) if step >= size - 20 else 0
+                parent = put(saver, thread_id, {"a": step, "big": big}, parent, step=step)
+        saver.get_tuple(cfg("short"))  # the server learns the scripts
+        used = {}
+        for thread_id, size in (("short", 40), ("long", 400)):
+            admin.config_resetstat()
+            assert saver.get_tuple(cfg(thread_id)).metadata["step"] == size - 1
+            listed = [t.metadata["step"] for t in saver.list(cfg(thread_id), limit=10)]
+            assert listed == list(range(size - 1, size - 11, -1))
+            used[thread_id] = _commands(private)
+        assert used["short"] == used["long"]  # O(log n + limit): no step depends on n
+        assert used["long"]["evalsha"] == 2  # one script call each...
+        assert used["long"]["hmget"] == 2  # ...and one HMGET for the values over 64 KiB
+        whole = {"scan", "keys", "hgetall", "hkeys", "hvals", "hscan", "zscan", "smembers"}
+        assert not whole & set(used["long"]), used["long"]
+
+        admin.config_resetstat()
+        assert len(list(saver.list(None, limit=3))) == 3
+        used_globally = _commands(private)
+        assert "scan" not in used_globally
+        assert "keys" not in used_globally
+        assert used_globally["zscan"] == 1  # the registry of threads, not the keyspace
+        assert not any(name.startswith(("ft.", "json.")) for name in used_globally)
+
+
+def test_large_threads_are_copied_pruned_and_deleted_in_bounded_batches(url: str) -> None:
+    prefix = prefix_of(url)
+    admin = client_for(REDIS.prefixes[prefix])
+    with open_checkpointer(url) as saver:
+        parent = None
+        for step in range(1_100):  # more than every page and batch size
+            parent = put(saver, "big", {"a": step}, parent, step=step, run_id=f"r{step % 3}")
+            if step % 100 == 0:
+                saver.put_writes(parent, [("a", step)], f"task-{step}")
+        saver.copy_thread("big", "copy")
+        copied = [t.metadata["step"] for t in saver.list(cfg("copy"))]
+        assert copied == list(range(1_099, -1, -1))
+        saver.delete_for_runs(["r1"])
+        survivors = [step for step in range(1_100) if step % 3 != 1]
+        assert [t.metadata["step"] for t in saver.list(cfg("big"))] == survivors[::-1]
+        saver.prune(["big"], strategy="keep_latest")
+        assert [t.metadata["step"] for t in saver.list(cfg("big"))] == [1_098]
+        saver.delete_thread("copy")
+        saver.delete_thread("big")
+    assert keys_of(admin, prefix) == {f"{prefix}:layout".encode()}  # the registry is empty
+
+
+def test_a_copy_appears_all_at_once(url: str) -> None:
+    with open_checkpointer(url) as saver:
+        parent = None
+        for step in range(600):
+            parent = put(saver, "src", {"a": step}, parent, step=step)
+        seen: set[int] = set()
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                seen.add(len(list(saver.list(cfg("dst"), limit=1_000))))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            saver.copy_thread("src", "dst")
+            time.sleep(0.05)
+        finally:
+            stop.set()
+            watcher.join()
+        assert seen <= {0, 600}
+        assert 600 in seen
+
+
+# -- TTL ---------------------------------------------------------------------------------
+
+
+def _deadlines(client: redis.Redis, saver: Any, thread_id: str) -> set[int]:
+    """When each existing key of the thread expires (ms; -1: never)."""
+    found = set()
+    for key in saver._plans.keys(thread_id):
+        if client.exists(key):
+            try:
+                found.add(client.execute_command("PEXPIRETIME", key))
+            except redis.ResponseError:  # Redis 6.2: close enough, to 50 ms
+                ttl = client.pttl(key)
+                found.add(-1 if ttl < 0 else round((time.time() * 1000 + ttl) / 50))
+    return found
+
+
+def test_ttl_expires_all_keys_of_a_thread_together_and_writes_refresh_it(
+    url: str, client: redis.Redis
+) -> None:
+    with open_checkpointer(url, ttl=60) as saver:
+        stored = put(saver, "t", {"a": "x" * 2000})
+        first = _deadlines(client, saver, "t")
+        assert len(first) == 1  # one deadline for every key
+        assert 0 < next(iter(first)) / 1000 - time.time() <= 60
+        time.sleep(0.01)
+        saver.put_writes(stored, [("a", 1)], "task")
+        second = _deadlines(client, saver, "t")
+        assert len(second) == 1
+        assert second != first
+        saver.get_tuple(cfg("t"))  # reads do not refresh without refresh_on_read
+        assert _deadlines(client, saver, "t") == second
+    with open_checkpointer(url, ttl=60, refresh_on_read=True) as saver:
+        time.sleep(0.01)
+        saver.get_tuple(cfg("t"))
+        third = _deadlines(client, saver, "t")
+        assert len(third) == 1
+        assert third != second
+    with open_checkpointer(url) as saver:  # a saver without a ttl makes the thread permanent
+        put(saver, "t", {"a": 2})
+        assert _deadlines(client, saver, "t") == {-1}
+
+
+def test_expired_threads_disappear_everywhere(url: str, client: redis.Redis) -> None:
+    with open_checkpointer(url, ttl=0.4) as saver:
+        put(saver, "short", {"a": 1})
+        saver.copy_thread("short", "copied")
+        assert len(_deadlines(client, saver, "copied")) == 1
+    with open_checkpointer(url) as saver:
+        put(saver, "forever", {"a": 1})
+        time.sleep(0.6)
+        assert saver.get_tuple(cfg("short")) is None
+        assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["forever"]
+        assert client.zrange(f"{prefix_of(url)}:threads", 0, -1) == [b"forever"]  # swept
+
+
+# -- faults ------------------------------------------------------------------------------
+
+
+def test_a_dropped_connection_is_retried_and_a_dead_server_is_a_storage_error(
+    private: Server,
+) -> None:
+    saver = open_checkpointer(f"redis://127.0.0.1:{private.port}/0?retries=6")
+    try:
+        put(saver, "t", {"a": 1})
+        private.kill()
+        restarter = threading.Timer(0.3, lambda: private.start(wait=False))
+        restarter.start()
+        stored = put(saver, "t", {"a": 2})  # retried with backoff until the server is back
+        restarter.join()
+        assert saver.get_tuple(stored).checkpoint["channel_values"] == {"a": 2}
+
+        private.kill()
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=f"127.0.0.1:{private.port}"):
+            saver.get_tuple(cfg("t"))
+        assert time.monotonic() - started < 15
+    finally:
+        saver.close()
+        private.start()
+
+
+def test_the_async_api_retries_too(private: Server) -> None:
+    async def main() -> None:
+        saver = open_checkpointer(f"redis://127.0.0.1:{private.port}/0?retries=6")
+        async with saver:
+            first = empty_checkpoint()
+            await saver.aput(cfg("t"), first, {}, {})
+            private.kill()
+            threading.Timer(0.3, lambda: private.start(wait=False)).start()
+            assert (await saver.aget_tuple(cfg("t"))) is None  # a new, empty server
+            await saver.aput(cfg("t"), empty_checkpoint(), {}, {})
+            assert (await saver.aget_tuple(cfg("t"))) is not None
+
+    asyncio.run(main())
+
+
+WRITER = """
+import sys, random
+sys.path.insert(0, {root!r})
+from tests.checkpointers.test_redis import put, cfg, expected_values
+from statekeeper.checkpointers import open_checkpointer
+saver = open_checkpointer({url!r})
+start = int(sys.argv[1])
+parent = saver.get_tuple(cfg("w"))
+parent = parent.config if parent else None
+print("ready", flush=True)
+for step in range(start, start + 10_000):
+    parent = put(saver, "w", expected_values(step), parent, step=step)
+    saver.put_writes(parent, [("w", step), ("__error__", "e")], "task")
+"""
+
+
+def expected_values(step: int) -> dict[str, Any]:
+    """Large values, a list that grows (stored as deltas), and a small one."""
+    rng = random.Random(step)
+    return {
+        "big": rng.randbytes(300_000),
+        "log": [f"entry {i}" for i in range(step + 1)],
+        "step": step,
+    }
+
+
+def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
+    """Every listed checkpoint loads completely, the indexes agree, and every stored value
+    is referenced exactly as often as records and deltas reference it."""
+    from statekeeper.checkpointers._redis_layout import Record as _Record
+
+    ids, ns, cp, blobs, refs, *_ = saver._plans.keys(thread_id)
+    records = client.hgetall(cp)
+    assert set(client.zrange(ns, 0, -1)) == set(records)
+    assert client.zcard(ids) == len(records)
+    counts: dict[bytes, int] = {}
+    for data in records.values():
+        for field in _Record.parse(data).fields:
+            counts[field] = counts.get(field, 0) + 1
+    stored = client.hgetall(refs)
+    for key, value in stored.items():
+        if key.startswith(b"\xfe"):
+            counts[value] = counts.get(value, 0) + 1
+    assert {k: int(v) for k, v in stored.items() if not k.startswith((b"\xfe", b"\xff"))} == counts
+    assert set(client.hkeys(blobs)) <= set(counts)
+    for tup in saver.list(cfg(thread_id)):
+        step = tup.metadata["step"]
+        assert tup.checkpoint["channel_values"] == expected_values(step), step
+    return len(records)
+
+
+def test_a_writer_killed_mid_put_leaves_only_complete_checkpoints(url: str, client: Any) -> None:
+    code = WRITER.format(root=str(ROOT), url=url)
+    rng = random.Random(7)
+    step = 0
+    with open_checkpointer(url) as saver:
+        for _ in range(3):
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(step)], stdout=subprocess.PIPE, text=True
+            )
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+            time.sleep(rng.uniform(0.2, 0.6))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            proc.stdout.close()
+            latest = saver.get_tuple(cfg("w"))
+            step = latest.metadata["step"] + 1 if latest else 0
+            check_consistent(client, saver, "w")
+        assert step > 3
+
+
+def _child_puts(saver: Any) -> None:
+    put(saver, "child", {"a": "from the child"})
+    assert saver.get_tuple(cfg("parent")) is not None
+
+
+def test_a_forked_child_uses_connections_of_its_own(url: str) -> None:
+    import multiprocessing
+
+    with open_checkpointer(url) as saver:
+        put(saver, "parent", {"a": 1})  # the parent has connections now
+        child = multiprocessing.get_context("fork").Process(target=_child_puts, args=(saver,))
+        child.start()
+        for step in range(50):  # the parent keeps talking on its own connections meanwhile
+            put(saver, "parent", {"a": step})
+        child.join(30)
+        assert child.exitcode == 0
+        assert saver.get_tuple(cfg("child")).checkpoint["channel_values"] == {"a": "from the child"}
+        assert saver.get_tuple(cfg("parent")).checkpoint["channel_values"] == {"a": 49}
+
+
+# -- Cluster -----------------------------------------------------------------------------
+
+
+def test_cluster_keeps_each_thread_in_one_slot_and_the_registry_in_its_own(
+    cluster_url: str,
+) -> None:
+    prefix = prefix_of(cluster_url)
+    admin = client_for(REDIS.prefixes[prefix])
+    with open_checkpointer(cluster_url) as saver:
+        for tid in ("a", "b", "c", "d", "e", "f:{g}"):
+            stored = put(saver, tid, {"v": tid}, run_id="r")
+            saver.put_writes(stored, [("v", 1)], "task")
+        slots: dict[str, set[int]] = {}
+        for key in keys_of(admin, prefix):
+            text = key.decode()
+            tag = text[text.index("{") + 1 : text.index("}")] if "{" in text else text
+            slots.setdefault(tag, set()).add(admin.keyslot(key))
+        assert all(len(s) == 1 for s in slots.values()), slots
+        nodes = {admin.get_node_from_key(k).port for k in keys_of(admin, prefix)}
+        assert len(nodes) > 1  # the threads really are spread over the nodes
+        assert len(list(saver.list(None))) == 6
+        saver.delete_for_runs(["r"])
+        assert list(saver.list(None)) == []
+
+
+def test_a_cluster_node_opened_as_a_plain_server_gets_a_hint(cluster_url: str) -> None:
+    node = cluster_url.split("?")[0].replace("redis+cluster", "redis")
+
+    def write_everywhere() -> None:
+        with open_checkpointer(f"{node}/0?prefix={prefix_of(cluster_url)}") as saver:
+            for tid in "abcdefgh":  # some slot is on another node
+                put(saver, tid, {"a": 1})
+
+    with pytest.raises(StorageError, match=r"open it with redis\+cluster://"):
+        write_everywhere()
+
+
+# -- serde and the async path --------------------------------------------------------------
+
+
+def test_encrypted_serde_leaves_no_plaintext_in_redis(url: str, client: redis.Redis) -> None:
+    serde = EncryptedSerializer.from_pycryptodome_aes(key=b"K" * 32)
+    with open_checkpointer(url, serde=serde) as saver:
+        stored = put(saver, "t", {"note": "PLAINTEXT-CANARY" * 100, "log": ["PLAINTEXT-CANARY"]})
+        saver.put_writes(stored, [("note", "PLAINTEXT-CANARY")], "task")
+        stored_bytes = b""
+        for key in keys_of(client, prefix_of(url)):
+            kind = client.type(key)
+            if kind == b"hash":
+                stored_bytes += b"".join(a + b for a, b in client.hgetall(key).items())
+            elif kind == b"zset":
+                stored_bytes += b"".join(client.zrange(key, 0, -1))
+            else:
+                stored_bytes += client.get(key) or b""
+        assert b"PLAINTEXT-CANARY" not in stored_bytes
+        assert b"PLAINTEXT-CANARY".hex().encode() not in stored_bytes
+        assert saver.get_tuple(stored).checkpoint["channel_values"]["log"] == ["PLAINTEXT-CANARY"]
+
+
+def test_pickled_payloads_are_refused(url: str, client: redis.Redis) -> None:
+    import pickle
+
+    from statekeeper._redis import pack
+
+    with open_checkpointer(url) as saver:
+        stored = put(saver, "t", {"a": "x"})
+        blobs = saver._plans.keys("t")[3]
+        (field,) = client.hkeys(blobs)
+        client.hset(blobs, field, pack(b"pickle", b"", b"", b"") + pickle.dumps("x"))
+        with pytest.raises(SerializationError, match="'pickle' payload"):
+            saver.get_tuple(stored)
+
+
+def test_the_async_api_does_not_use_worker_threads(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the async API must not hop to a worker thread")
+
+    monkeypatch.setattr(asyncio, "to_thread", refuse)
+
+    async def main() -> None:
+        async with open_checkpointer(url) as saver:
+            stored = await saver.aput(cfg("t"), empty_checkpoint(), {}, {})
+            await saver.aput_writes(stored, [("a", 1)], "task")
+            assert (await saver.aget_tuple(cfg("t"))) is not None
+            assert len([t async for t in saver.alist(None)]) == 1
+            await saver.acopy_thread("t", "u")
+            await saver.aprune(["u"])
+            await saver.adelete_for_runs(["r"])
+            await saver.adelete_thread("u")
+
+    asyncio.run(main())
+    asyncio.run(main_again(url))  # a second event loop gets its own connections
+
+
+async def main_again(url: str) -> None:
+    async with open_checkpointer(url) as saver:
+        assert (await saver.aget_tuple(cfg("t"))) is not None
+
+
+# -- LangGraph's DeltaChannel -----------------------------------------------------------
+
+
+def _append(state: list[str], writes: list[list[str]]) -> list[str]:
+    return state + [item for batch in writes for item in batch]
+
+
+class Log(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=4)]
+
+
+def _run_log(saver: Any, turns: int) -> tuple[Any, dict[str, Any]]:
+    def step(state: Log) -> dict[str, Any]:
+        return {"log": [f"step {len(state['log'])}"]}
+
+    builder = StateGraph(Log)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    graph = builder.compile(checkpointer=saver)
+    config = {"configurable": {"thread_id": "log"}}
+    for turn in range(turns):
+        graph.invoke({"log": [f"input {turn}"]}, config)
+    return graph, config
+
+
+def test_delta_channels_rebuild_and_prune_keeps_what_they_need(url: str) -> None:
+    reference, ref_config = _run_log(InMemorySaver(), 11)
+    with open_checkpointer(url) as saver:
+        graph, config = _run_log(saver, 11)
+        before = graph.get_state(config).values
+        assert before == reference.get_state(ref_config).values
+        total = len(list(saver.list(config)))
+        saver.prune(["log"], strategy="keep_latest")
+        kept = len(list(saver.list(config)))
+        assert graph.get_state(config).values == before
+        assert 1 < kept < total
+
+
+# -- several processes ------------------------------------------------------------------
+
+STEPS = 12
+
+
+class Work(TypedDict):
+    who: str
+    n: int
+    log: Annotated[list[str], operator.add]
+
+
+def _step(state: Work) -> dict[str, Any]:
+    time.sleep(0.04)
+    return {"n": state["n"] + 1, "log": [f"{state['who']}:{state['n']}"]}
+
+
+def build_work_graph(saver: Any) -> Any:
+    builder = StateGraph(Work)
+    builder.add_node("step", _step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: "step" if s["n"] < STEPS else END)
+    return builder.compile(checkpointer=saver)
+
+
+def worker_main(url: str) -> None:
+    """A worker process: runs ``run <thread>`` / ``resume <thread>`` lines from stdin."""
+    with open_checkpointer(url) as saver:
+        graph = build_work_graph(saver)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            command, thread_id = line.split()
+            config = {"configurable": {"thread_id": thread_id}, "recursion_limit": 100}
+            start = {"who": thread_id, "n": 0, "log": []} if command == "run" else None
+            final = graph.invoke(start, config)
+            print(json.dumps({"thread": thread_id, "final": final}), flush=True)
+
+
+def test_a_killed_workers_thread_is_resumed_by_another_process(url: str) -> None:
+    threads = [f"w-{i}" for i in range(4)]
+    expected = {
+        t: build_work_graph(InMemorySaver()).invoke(
+            {"who": t, "n": 0, "log": []}, {"configurable": {"thread_id": t}}
+        )
+        for t in threads
+    }
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.checkpointers.test_redis import worker_main\n"
+        f"worker_main({url!r})\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        for _ in threads
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().strip() == "ready"
+        for proc, thread_id in zip(procs, threads, strict=True):
+            assert proc.stdin is not None
+            proc.stdin.write(f"run {thread_id}\n")
+            proc.stdin.flush()
+        with open_checkpointer(url) as watcher:
+            deadline = time.monotonic() + 60
+            while len(list(watcher.list(cfg("w-1")))) < 8:  # mid-run
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait()
+        finals = {}
+        for index in (0, 2, 3):
+            report = json.loads(procs[index].stdout.readline())  # type: ignore[union-attr]
+            finals[report["thread"]] = report["final"]
+        procs[0].stdin.write("resume w-1\n")  # type: ignore[union-attr]
+        procs[0].stdin.flush()  # type: ignore[union-attr]
+        report = json.loads(procs[0].stdout.readline())  # type: ignore[union-attr]
+        finals[report["thread"]] = report["final"]
+        assert finals == expected
+        assert finals["w-1"]["log"] == [f"w-1:{i}" for i in range(STEPS)]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
