@@ -24,7 +24,8 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
-from statekeeper.checkpointers._common import next_version
+from statekeeper.checkpointers._common import check_prune_strategy, next_version
+from statekeeper.checkpointers._payload import check_id
 
 __all__ = ["Checkpointer"]
 
@@ -63,6 +64,27 @@ class Checkpointer(BaseCheckpointSaver[str]):
     def get_next_version(self, current: str | int | float | None, channel: None = None) -> str:
         """A version greater than ``current`` (see :func:`next_version`)."""
         return next_version(current)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Shrink threads. ``"keep_latest"`` keeps the newest checkpoint of each namespace
+        (with its writes and every value it uses) — plus, when the graph uses LangGraph's
+        ``DeltaChannel``, the ancestors its delta channels need to be rebuilt.
+        ``"delete"`` removes the threads entirely.
+
+        Raises:
+            ConfigurationError: ``strategy`` is neither; nothing is deleted.
+        """
+        check_prune_strategy(strategy)
+        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
+        if strategy == "delete":
+            for thread_id in ids:
+                self.delete_thread(thread_id)
+        else:
+            self._keep_latest(ids)
+
+    def _keep_latest(self, ids: Sequence[str]) -> None:
+        """``prune(ids, strategy="keep_latest")`` for validated thread ids."""
+        raise NotImplementedError
 
     # -- async API: the sync code in a worker thread ------------------------------------
 

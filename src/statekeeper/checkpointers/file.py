@@ -47,7 +47,6 @@ from statekeeper._urls import parse_options
 from statekeeper.checkpointers._base import Checkpointer
 from statekeeper.checkpointers._common import (
     before_id,
-    check_prune_strategy,
     checkpoint_config,
     dump_metadata,
     list_scope,
@@ -413,17 +412,7 @@ class FileCheckpointer(Checkpointer):
             with reporting(store.namespace(source, "")):
                 store.copy_thread(source, target)
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Shrink threads. ``"keep_latest"`` keeps the newest checkpoint of each namespace
-        (with its writes and every value it uses) — plus, when the graph uses LangGraph's
-        ``DeltaChannel``, the ancestors its delta channels need to be rebuilt.
-        ``"delete"`` removes the threads entirely."""
-        check_prune_strategy(strategy)
-        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
-        if strategy == "delete":
-            for thread_id in ids:
-                self.delete_thread(thread_id)
-            return
+    def _keep_latest(self, ids: Sequence[str]) -> None:
         store = self._open_store()
         for thread_id in ids:
             with store.lock(thread_id):

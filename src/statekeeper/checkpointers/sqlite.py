@@ -35,7 +35,6 @@ from statekeeper._sqlite import MEMORY, Database
 from statekeeper._urls import parse_options
 from statekeeper.checkpointers._base import Checkpointer
 from statekeeper.checkpointers._common import (
-    check_prune_strategy,
     checkpoint_config,
     dump_metadata,
     location,
@@ -384,17 +383,7 @@ class SqliteCheckpointer(Checkpointer):
                     (target, source),
                 )
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """Shrink threads. ``"keep_latest"`` keeps the newest checkpoint of each namespace
-        (with its writes and every value it uses) — plus, when the graph uses LangGraph's
-        ``DeltaChannel``, the ancestors its delta channels need to be rebuilt.
-        ``"delete"`` removes the threads entirely."""
-        check_prune_strategy(strategy)
-        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
-        if strategy == "delete":
-            for thread_id in ids:
-                self.delete_thread(thread_id)
-            return
+    def _keep_latest(self, ids: Sequence[str]) -> None:
         with self._db.transaction(write=True) as conn:
             for thread_id in ids:
                 namespaces = conn.execute(
