@@ -82,9 +82,9 @@ class SqliteCheckpointer(Checkpointer):
 
     Args:
         path: the database file; created with its parent directories if missing.
-        serde: the serializer for every payload. The default is LangGraph's
-            ``JsonPlusSerializer`` in strict mode (see :func:`safe_serde`): stored bytes
-            can only rebuild safe types plus those of the graph's state schema.
+        serde: the serializer for every payload. The default (:func:`safe_serde`) is
+            LangGraph's, allowed to rebuild data classes (pydantic models, dataclasses,
+            enums, named tuples) from modules already imported and nothing else.
         busy_timeout: seconds a writer waits for another process's write lock.
         compress: zlib-compress payloads of 1 KiB or more when that saves space (lists
             that grow by appending are stored as append deltas instead).
@@ -233,7 +233,7 @@ class SqliteCheckpointer(Checkpointer):
         thread_id, ns, checkpoint_id, parent_id, type_, codec, blob, metadata, _ = row
         checkpoint: Checkpoint = decode(self.serde, type_, codec, blob)
         checkpoint["channel_values"] = {
-            channel: loads(self.serde, type_, data) for channel, type_, data in value_rows
+            channel: loads(self.serde, kind, data) for channel, kind, data in value_rows
         }
         write_rows.sort(key=lambda w: writes_sort_key(w[5], w[0], w[6]))
         return CheckpointTuple(
