@@ -45,6 +45,7 @@ from statekeeper.errors import (
     CorruptCheckpointError,
     SchemaVersionError,
     StorageError,
+    ThreadExistsError,
 )
 from tests.checkpointers.test_contract import cfg, cp_id, new_id, put, writes_of
 
@@ -828,3 +829,109 @@ def test_fsync_false_still_writes_atomically(root: Path) -> None:
         configs = _history(saver, 3)
         assert [t.config for t in saver.list(cfg("t"))] == configs[::-1]
         assert saver.verify() == []
+
+
+# -- review regressions ----------------------------------------------------------------------
+
+
+def test_copy_thread_never_replaces_a_target_whose_checkpoints_are_damaged(root: Path) -> None:
+    with FileCheckpointer(root) as saver:
+        put_step(saver, cfg("target"), {}, 1)
+        put_step(saver, cfg("source"), {}, 1)
+    checkpoints = root / "threads" / "target" / "~" / "checkpoints"
+    _flip_byte(checkpoints, -30)  # the target's only checkpoint line
+    damaged = checkpoints.read_bytes()
+
+    with (
+        FileCheckpointer(root, on_corrupt="fallback") as lenient,
+        pytest.raises(ThreadExistsError),
+    ):
+        lenient.copy_thread("source", "target")
+    assert checkpoints.read_bytes() == damaged  # never replaced, never deleted
+
+
+def test_a_shortened_folder_whose_header_names_another_thread_is_damage(root: Path) -> None:
+    first, second = "A" * 300, "B" * 300  # both get shortened (hashed) folder names
+    with FileCheckpointer(root) as saver:
+        put_step(saver, cfg(first), {}, 1)
+        put_step(saver, cfg(second), {}, 1)
+        folder = root / "threads" / file_name(second) / "~"
+        for path in folder.rglob("*"):
+            if path.is_file():
+                path.unlink()
+        for path in (root / "threads" / file_name(first) / "~").rglob("*"):
+            if path.is_file():  # the other thread's files, misplaced into this folder
+                relative = path.relative_to(root / "threads" / file_name(first) / "~")
+                (folder / relative).write_bytes(path.read_bytes())
+
+        with pytest.raises(CorruptCheckpointError, match="names another thread"):
+            saver.get_tuple(cfg(second))  # never the other thread's checkpoint
+        found = saver.verify()
+        assert [(f.path, "names another thread" in f.reason) for f in found] == [
+            (folder / "checkpoints", True)
+        ]
+        assert saver.verify(quarantine=True) == found
+        assert saver.verify() == []
+        assert saver.get_tuple(cfg(second)) is None
+        assert len(list(saver.list(None))) == 1
+
+
+def test_a_new_directory_is_durable_before_it_is_used(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statekeeper.checkpointers import _file_store
+
+    synced: list[tuple[Path, bool]] = []
+    real = _file_store._sync_dir
+
+    def record(path: Path) -> None:
+        synced.append((path, (root / "threads").is_dir()))
+        real(path)
+
+    monkeypatch.setattr(_file_store, "_sync_dir", record)
+    FileCheckpointer(root).close()
+    assert (root, True) in synced  # threads/ (and the rest) exist in a flushed root
+
+
+def test_quarantine_flushes_its_copy_before_rewriting_the_checkpoints_file(
+    saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statekeeper.checkpointers import _file_index, _file_verify
+
+    configs = _history(saver, 3)
+    _flip_byte(_value_file(root, configs[-1], "log", saver))
+    synced: list[Path] = []
+    monkeypatch.setattr(_file_verify, "sync_dir", synced.append)
+    rewrite = _file_index.rewrite
+
+    def checked_rewrite(path: Path, *args: Any, **kwargs: Any) -> None:
+        copy = next((root / "quarantine").rglob("checkpoints"))
+        assert copy.parent in synced, "the kept copy must be durable before the rewrite"
+        rewrite(path, *args, **kwargs)
+
+    monkeypatch.setattr(_file_index, "rewrite", checked_rewrite)
+    assert len(saver.verify(quarantine=True)) == 2
+    moved = next((root / "quarantine").rglob("log@*"))
+    assert moved.parent in synced  # a moved file is flushed where it lands too
+    assert saver.verify() == []
+
+
+def test_a_copy_that_fails_to_publish_puts_the_target_back(
+    saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configs = _history(saver, 2)
+    target = cfg("target", checkpoint_id=cp_id(configs[0]))
+    saver.put_writes(target, [("log", "early")], "task")  # pending writes, no checkpoint
+    before = {p.relative_to(root): p.read_bytes() for p in all_files(root / "threads" / "target")}
+    rename = Path.rename
+
+    def failing(self: Path, to: Any) -> Any:
+        if self.name.startswith("copy-"):
+            raise OSError(28, "No space left on device")
+        return rename(self, to)
+
+    monkeypatch.setattr(Path, "rename", failing)
+    with pytest.raises(StorageError, match="No space left"):
+        saver.copy_thread("t", "target")
+    after = {p.relative_to(root): p.read_bytes() for p in all_files(root / "threads" / "target")}
+    assert after == before

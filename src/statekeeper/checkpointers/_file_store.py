@@ -94,8 +94,13 @@ class Store:
                 f"{str(self.root)!r} uses file format version {found.get('version')!r}, "
                 f"newer than this statekeeper understands ({_FORMAT['version']}); upgrade it"
             )
+        created = False
         for sub in (self.threads, self.root / "locks", self.quarantine, self.trash):
-            sub.mkdir(exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                sub.mkdir()
+                created = True
+        if created:  # else a power loss could lose threads/ with everything put in it
+            _sync_dir(self.root)
 
     def sync(self, *folders: Path) -> None:
         """Make the creations, renames and removals in ``folders`` durable."""
@@ -192,6 +197,14 @@ class Store:
 
         try:
             with IndexView(n.index, on_damage, writable=writable) as view:
+                if is_hashed(n.dir.name) or is_hashed(n.dir.parent.name):
+                    # a shortened name is not reversible: only the header says whose it is
+                    header = view.header()
+                    if (header.get("thread_id"), header.get("checkpoint_ns")) != (
+                        n.thread_id,
+                        n.ns,
+                    ):
+                        raise DamagedIndex("its header names another thread or namespace")
                 yield view
         except DamagedIndex as damage:
             raise corrupt_error(n, None, n.index, str(damage)) from None
@@ -221,8 +234,18 @@ class Store:
             below, page = entries[-1].checkpoint_id, min(page * 4, 256)
 
     def has_checkpoints(self, thread_id: str) -> bool:
-        """Whether any namespace of ``thread_id`` has a checkpoint."""
-        return any(next(self.newest(n, None), None) for n in self.namespaces(thread_id))
+        """Whether any namespace of ``thread_id`` has a checkpoint line, intact or damaged
+        (even when reading leniently: a damaged checkpoint must not be replaced)."""
+        for n in self.namespaces(thread_id):
+            try:
+                with IndexView(n.index, on_damage=lambda _: None) as view:
+                    if view.valid_end > view.data_start:
+                        return True
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except DamagedIndex:  # not even a header: damage, which counts as taken
+                return True
+        return False
 
     # -- writing (the caller holds the thread's lock) -----------------------------------
 
@@ -347,7 +370,12 @@ class Store:
             old = self.trash / f"replaced-{os.urandom(8).hex()}"
             with contextlib.suppress(FileNotFoundError):
                 existing.rename(old)
-            staging.rename(existing)
+            try:
+                staging.rename(existing)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    old.rename(existing)  # put the target's pending writes back
+                raise
             self.sync(self.threads)
             shutil.rmtree(old, ignore_errors=True)
         except BaseException as exc:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from statekeeper._files import TEMP_PREFIX, sync_dir
+from statekeeper._files import TEMP_PREFIX, read_bytes, replace_file, sync_dir
 from statekeeper.checkpointers import _file_index
 from statekeeper.checkpointers._deltas import MAX_CHAIN
 from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
@@ -94,12 +94,15 @@ def _namespace(store: Store, ns_dir: Path) -> Namespace | CorruptFile | None:
     try:  # a shortened name: the full ids are only in the header
         with IndexView(ns_dir / "checkpoints") as view:
             header = view.header()
+        ids = header["thread_id"], header["checkpoint_ns"]
+        if (file_name(ids[0]), file_name(ids[1])) != (thread_name, ns_name):
+            raise DamagedIndex("its header names another thread or namespace than its folder")
     except (FileNotFoundError, NotADirectoryError):
         return None
-    except DamagedIndex as exc:
+    except (DamagedIndex, KeyError, TypeError) as exc:
         reason = f"{exc}; the namespace's full ids were only stored there"
         return CorruptFile(ns_dir / "checkpoints", reason)
-    return Namespace(header["thread_id"], header["checkpoint_ns"], ns_dir, store.durable)
+    return Namespace(*ids, ns_dir, store.durable)
 
 
 def _verify_namespace(
@@ -151,7 +154,9 @@ def _verify_namespace(
             _move(store, n.writes_path(checkpoint_id), stamp)
         if damage or doomed:  # keep the whole file aside, then drop what cannot load
             target = _target(store, n.index, stamp)
-            shutil.copyfile(n.index, target)
+            replace_file(target, read_bytes(n.index), durable=store.durable)
+            if store.durable:  # the copy must outlive a power loss before the rewrite
+                sync_dir(target.parent)
             kept = [e for e in entries if e.checkpoint_id not in doomed]
             _file_index.rewrite(n.index, n.thread_id, n.ns, kept, durable=store.durable)
     return found
@@ -236,6 +241,8 @@ def _target(store: Store, path: Path, stamp: str) -> Path:
 def _move(store: Store, path: Path, stamp: str) -> None:
     """Move ``path`` to ``quarantine/<stamp>/<its path under the root>`` (if it exists)."""
     if path.exists():
-        path.rename(_target(store, path, stamp))
+        target = _target(store, path, stamp)
+        path.rename(target)
         with contextlib.suppress(OSError):
+            sync_dir(target.parent)  # both ends: a power loss must not lose the file
             sync_dir(path.parent)
