@@ -15,7 +15,7 @@ import these modules, and importing them is what imports ``redis``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
@@ -50,7 +50,7 @@ __all__ = [
 
 SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
-_BACKOFF = {"base": 0.05, "cap": 1.0}  # seconds: 0.05, 0.1, 0.2, 0.4, 0.8, 1, 1...
+_BACKOFF = {"base": 0.05, "cap": 1.0}  # waits base * 2**failures: 0.1, 0.2, 0.4, 0.8, 1, 1 s...
 _CERT_REQS = ("none", "optional", "required")
 
 # -- keys ------------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class RedisTarget:
     cluster: bool
     tls: bool
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never shown
     socket_timeout: float = 10.0
     retries: int = 5
     ssl_ca_certs: str | None = None

@@ -195,6 +195,17 @@ def test_errors_and_repr_name_the_server_but_never_the_password() -> None:
         server.stop()
 
 
+def test_the_target_and_connection_never_show_the_password_in_reprs() -> None:
+    from statekeeper._redis import RedisTarget
+    from statekeeper._urls import parse_url
+
+    raw = "redis://app:hunter2@127.0.0.1:6379/0"
+    target = RedisTarget.from_url(parse_url(raw, ["redis"]))
+    assert target.password == "hunter2"  # still used to connect...
+    assert "hunter2" not in repr(target)  # ...but never shown (tracebacks, logs)
+    assert "hunter2" not in str(target)
+
+
 # -- key layout and encoding -------------------------------------------------------------
 
 
@@ -319,6 +330,15 @@ def test_a_newer_layout_is_refused_and_left_alone(url: str, client: redis.Redis)
     with pytest.raises(SchemaVersionError, match="layout version 99"):
         open_checkpointer(url)
     assert client.get(f"{prefix_of(url)}:layout") == b"99"
+
+
+def test_an_unreadable_layout_key_is_a_clear_error_and_left_alone(
+    url: str, client: redis.Redis
+) -> None:
+    client.set(f"{prefix_of(url)}:layout", "garbage")
+    with pytest.raises(SchemaVersionError, match=r"layout.*'garbage'.*another prefix"):
+        open_checkpointer(url)
+    assert client.get(f"{prefix_of(url)}:layout") == b"garbage"
 
 
 # -- bounded work ------------------------------------------------------------------------

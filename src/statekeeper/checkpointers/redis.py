@@ -68,7 +68,7 @@ class RedisCheckpointer(Checkpointer):
             (needs ``ttl``).
         serde: the serializer for every payload (default :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
-        retries: how often a command is retried, with exponential backoff (0.05 s up to
+        retries: how often a command is retried, with exponential backoff (0.1 s up to
             1 s between attempts), after a dropped connection or a timeout.
         socket_timeout: seconds to wait for a connection or a reply.
         ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs.
@@ -145,7 +145,15 @@ class RedisCheckpointer(Checkpointer):
     def _check_layout(self) -> Op[None]:
         key = f"{self.prefix}:layout"
         _, stored = yield Batch((Cmd(("SETNX", key, LAYOUT_VERSION)), Cmd(("GET", key))))
-        if stored is not None and int(stored) > LAYOUT_VERSION:
+        if stored is None:
+            return
+        if not (stored.isascii() and stored.isdigit()):
+            raise SchemaVersionError(
+                f"the key {key!r} at {self.target.url} holds {stored.decode(errors='replace')!r}"
+                ", not a statekeeper layout version: it belongs to something else; "
+                "use another prefix"
+            )
+        if int(stored) > LAYOUT_VERSION:
             raise SchemaVersionError(
                 f"the keys under prefix {self.prefix!r} at {self.target.url} use layout "
                 f"version {int(stored)}, newer than this statekeeper knows "
@@ -229,7 +237,8 @@ class RedisCheckpointer(Checkpointer):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every key of the source thread to the target, page by page into staging
-        keys that appear under the target's names all at once.
+        keys that appear under the target's names all at once. Not a snapshot: the
+        source must not be written to or pruned while it is copied (see docs/redis.md).
 
         Raises:
             ThreadExistsError: the target thread already has checkpoints (nothing changes).
