@@ -120,3 +120,34 @@ def test_importing_statekeeper_does_not_import_redis() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://:hunter#2@127.0.0.1:6379/0",
+        "redis://user:hunter?2@127.0.0.1:6379/0",
+        "redis://user:hunt/er2@127.0.0.1:6379/0",
+        "redis://user:hunter2@[bad:6379/0",
+        "mysql://user:hunter2@db.example:3306/x",
+    ],
+)
+def test_redact_hides_passwords_that_defeat_url_parsing(url: str) -> None:
+    from statekeeper._urls import redact
+
+    shown = redact(url)
+    assert "hunt" not in shown
+    assert "***@" in shown
+
+
+def test_a_bad_redis_url_with_an_unencoded_password_never_echoes_it() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        open_checkpointer("redis://:hunter#2@127.0.0.1:6379/0")
+    assert "hunter" not in str(info.value)
+
+
+def test_redact_leaves_urls_without_a_password_alone() -> None:
+    from statekeeper._urls import redact
+
+    for url in ("redis://127.0.0.1:6379/0", "sqlite:///a@b.db", "redis://user@host:1/0"):
+        assert redact(url) == url

@@ -62,17 +62,26 @@ def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
 
 
 def redact(url: object) -> str:
-    """Return ``url`` as text with any password replaced by ``***`` (safe for messages)."""
+    """Return ``url`` as text with any password replaced by ``***`` (safe for messages).
+
+    A password holding characters that end the authority when not percent-encoded
+    (``#``, ``?``, ``/``) defeats URL parsing, so the fallback hides everything between
+    the user name and the last ``@`` after ``scheme://``: more than needed, never less.
+    """
     text = str(url)
     try:
         parts = urlsplit(text)
+        if parts.password is not None:
+            userinfo, _, hostinfo = parts.netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            return parts._replace(netloc=f"{user}:***@{hostinfo}").geturl()
     except ValueError:
+        pass
+    scheme, separator, rest = text.partition("://")
+    userinfo, at, after = rest.rpartition("@")
+    if not separator or not at or ":" not in userinfo:
         return text
-    if parts.password is None:
-        return text
-    userinfo, _, hostinfo = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    return parts._replace(netloc=f"{user}:***@{hostinfo}").geturl()
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{after}"
 
 
 def parse_options(
