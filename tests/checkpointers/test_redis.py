@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
+from statekeeper.checkpointers._redis_layout import Record, swap
 from statekeeper.errors import (
     ConfigurationError,
     SchemaVersionError,
@@ -429,6 +430,109 @@ def test_a_copy_appears_all_at_once(url: str) -> None:
             watcher.join()
         assert seen <= {0, 600}
         assert 600 in seen
+
+
+def _interrupt_copy_before(
+    monkeypatch: pytest.MonkeyPatch, name: bytes, action: Any, times: int
+) -> list[int]:
+    """Make ``copy_thread`` call ``action()`` right before it copies the source key ending
+    in ``name``, the first ``times`` times; returns how often it was called."""
+    from statekeeper.checkpointers._redis_writes import Plans
+
+    stage = Plans._stage
+    calls: list[int] = []
+
+    def interrupted(key: bytes, into: bytes, zset: bool, *rest: Any) -> Any:
+        if key.endswith(b":" + name) and len(calls) < times:
+            calls.append(1)
+            action()
+        return stage(key, into, zset, *rest)
+
+    monkeypatch.setattr(Plans, "_stage", staticmethod(interrupted))
+    return calls
+
+
+def test_a_copy_is_a_snapshot_of_the_source_even_if_it_is_pruned_meanwhile(
+    url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_checkpointer(url) as saver:
+        parent = None
+        for step in range(5):
+            parent = put(saver, "src", {"a": f"value {step}", "b": [step]}, parent, step=step)
+        # the records are staged already, their values not yet: prune the source then
+        calls = _interrupt_copy_before(
+            monkeypatch, b"refs", lambda: saver.prune(["src"], strategy="keep_latest"), 1
+        )
+        saver.copy_thread("src", "dst")
+        assert calls == [1]
+        copied = list(saver.list(cfg("dst")))
+        assert [t.metadata["step"] for t in copied] == [4]  # the source as it is now
+        assert copied[0].checkpoint["channel_values"] == {"a": "value 4", "b": [4]}
+        source = [(t.metadata, t.checkpoint["channel_values"]) for t in saver.list(cfg("src"))]
+        assert [(t.metadata, t.checkpoint["channel_values"]) for t in copied] == source
+        for thread_id in ("src", "dst"):
+            ids, ns, cp, _, refs, *_ = saver._plans.keys(thread_id)
+            records = client.hgetall(cp)
+            assert (
+                set(client.zrange(ns, 0, -1))
+                == set(records)
+                == {swap(m) for m in client.zrange(ids, 0, -1)}
+            )
+            counts: dict[bytes, int] = {}
+            for data in records.values():
+                for field in Record.parse(data).fields:
+                    counts[field] = counts.get(field, 0) + 1
+            stored = client.hgetall(refs)
+            assert {
+                k: int(v) for k, v in stored.items() if not k.startswith((b"\xfe", b"\xff"))
+            } == counts
+        assert not [k for k in keys_of(client, prefix_of(url)) if b":copy:" in k]
+
+
+def test_a_copy_of_a_source_that_keeps_changing_fails_cleanly(
+    url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_checkpointer(url) as saver:
+        put(saver, "src", {"a": 0}, step=0)
+        steps = iter(range(1, 100))
+
+        def write() -> None:
+            step = next(steps)
+            put(saver, "src", {"a": step}, saver.get_tuple(cfg("src")).config, step=step)
+
+        calls = _interrupt_copy_before(monkeypatch, b"blobs", write, 100)
+        with pytest.raises(StorageError, match="kept changing"):
+            saver.copy_thread("src", "dst")
+        assert len(calls) > 1  # retried
+        assert saver.get_tuple(cfg("dst")) is None
+        assert not [k for k in keys_of(client, prefix_of(url)) if b"{dst}" in k]
+        monkeypatch.undo()
+        saver.copy_thread("src", "dst")  # once the source holds still, it copies
+        assert len(list(saver.list(cfg("dst")))) == len(calls) + 1
+
+
+def test_threads_without_a_change_stamp_are_still_copied_and_get_one_on_write(
+    url: str, cluster_url: str, client: redis.Redis
+) -> None:
+    with open_checkpointer(url) as saver:
+        first = put(saver, "old", {"a": 1}, step=0)
+        refs = saver._plans.keys("old")[4]
+        stamp = client.hget(refs, b"\xff")
+        assert stamp is not None
+        assert stamp.endswith(b":1")
+        client.hdel(refs, b"\xff")  # as written before stamps existed
+        saver.copy_thread("old", "new")
+        assert saver.get_tuple(cfg("new")).checkpoint["channel_values"] == {"a": 1}
+        assert client.hget(saver._plans.keys("new")[4], b"\xff") is not None  # a new one
+        put(saver, "old", {"a": 2}, parent=first, step=1)
+        assert client.hget(refs, b"\xff").endswith(b":1")  # type: ignore[union-attr]
+        saver.delete_thread("old")
+        put(saver, "old", {"a": 3}, step=2)
+        assert client.hget(refs, b"\xff") != stamp  # a thread written anew: a new epoch
+    with open_checkpointer(cluster_url) as saver:
+        put(saver, "src", {"a": 1}, step=0)
+        saver.copy_thread("src", "dst")
+        assert saver.get_tuple(cfg("dst")).checkpoint["channel_values"] == {"a": 1}
 
 
 # -- TTL ---------------------------------------------------------------------------------

@@ -16,6 +16,15 @@ thread's hash tag, so it runs atomically on one Cluster node. Ids reach scripts 
     8 runs    sorted set  E(run id) ref                   delete_for_runs
 
 ``KEYS[9]``, when given (standalone servers only), is the registry of threads.
+
+The field ``STAMP`` (one byte, ``\xff``: no value field is empty, so it is no value's CRC
+field) of ``refs`` is the thread's change stamp, ``<seconds>.<microseconds>:<count>``: every
+script that changes the thread (``PUT``, ``PUT_WRITES``, ``DELETE_REFS`` and ``DELETE_RUNS``
+when they delete something, ``FINISH_COPY`` on its target) counts it up, a thread created
+anew (or deleted and written again) starts it from the server's time, and an emptied
+thread drops it. ``copy_thread`` reads it before and after it reads the source: equal
+stamps mean no script changed the source in between. A thread written before the stamp
+existed has none until its next write (``None`` reads as "no change yet").
 ``E`` is :func:`statekeeper._redis.ordered`. A record starts with a header Lua can read
 (length-prefixed parts): the run id part, the number of value fields it loads, the number of
 further fields it references, those fields, the parent checkpoint id.
@@ -40,11 +49,13 @@ __all__ = [
     "PUT_WRITES",
     "READ",
     "REMOVE_IF",
+    "STAMP",
     "THREAD_KEYS",
     "WALK",
 ]
 
 THREAD_KEYS = ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
+STAMP = b"\xff"  # the field of ``refs`` holding the thread's change stamp
 
 _LIB = r"""
 local function part(s, pos)
@@ -190,6 +201,32 @@ local function chain(f)
   return out
 end
 
+-- Count up the change stamp of the thread whose ids, refs and wix keys are given (the
+-- field '\255' of refs, see the module docstring); a thread with no checkpoints and no
+-- writes left drops it. A refs hash the stamp creates gets the thread's expiry.
+local function bump(ids, refs, wix)
+  if redis.call('EXISTS', ids) == 0 and redis.call('EXISTS', wix) == 0 then
+    redis.call('HDEL', refs, '\255')
+    return
+  end
+  local old = redis.call('HGET', refs, '\255')
+  local epoch, n
+  if old then
+    local c = string.find(old, ':', 1, true)
+    epoch, n = string.sub(old, 1, c - 1), tonumber(string.sub(old, c + 1))
+  else
+    local now = redis.call('TIME')
+    epoch, n = now[1] .. '.' .. now[2], 0
+  end
+  local fresh = redis.call('EXISTS', refs) == 0
+  redis.call('HSET', refs, '\255', epoch .. ':' .. string.format('%d', n + 1))
+  if fresh then
+    local ms = redis.call('PTTL', ids)
+    if ms < 0 then ms = redis.call('PTTL', wix) end
+    if ms > 0 then redis.call('PEXPIRE', refs, ms) end
+  end
+end
+
 -- delete one checkpoint, its writes, and the values nothing references any more
 local function drop(ref)
   local rec = redis.call('HGET', KEYS[3], ref)
@@ -238,6 +275,7 @@ redis.call('HSET', KEYS[3], ref, rec)
 redis.call('ZADD', KEYS[1], 0, swap(ref))
 redis.call('ZADD', KEYS[2], 0, ref)
 if run ~= '' then redis.call('ZADD', KEYS[8], 0, run) end
+bump(KEYS[1], KEYS[5], KEYS[7])
 expire(ARGV[1])
 return 1
 """
@@ -258,6 +296,7 @@ for i = 4, #ARGV, 3 do
   end
   redis.call('ZADD', KEYS[7], 0, ARGV[i])
 end
+bump(KEYS[1], KEYS[5], KEYS[7])
 expire(ARGV[1])
 return 1
 """
@@ -320,6 +359,7 @@ DELETE_REFS = Script(
     + r"""
 local n = 0
 for i = 1, #ARGV do n = n + drop(ARGV[i]) end
+if n > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
 return n
 """
 )
@@ -339,14 +379,16 @@ for i = 2, #ARGV do
     redis.call('ZREM', KEYS[8], members[j])
   end
   n = n + #members
-  if n >= budget then return n end
+  if n >= budget then break end
 end
+if n > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
 return n
 """
 )
 
 # No ARGV. Unlinking is O(1) for the caller whatever the thread's size (Redis frees the
-# memory in the background), so deleting a thread of any size is one bounded call.
+# memory in the background), so deleting a thread of any size is one bounded call. The
+# change stamp goes with refs; a thread written again starts a new one from the time.
 DELETE_THREAD = Script(
     r"""
 local n = 0
@@ -416,8 +458,9 @@ return out
 
 # KEYS: the 8 staging keys, the 8 target keys, then a marker key. ARGV: ttl.
 # Makes a staged copy visible at once: renames every staging key onto the target, unless
-# the target has data (reply 0; the staging keys are deleted). Reply 1 on success, also
-# when retried after a success (the marker remembers it for ten minutes).
+# the target has data (reply 0; the staging keys are deleted), and starts the target's
+# change stamp (the staged refs hold none: the caller leaves the source's out). Reply 1 on
+# success, also when retried after a success (the marker remembers it for ten minutes).
 FINISH_COPY = Script(
     _LIB
     + r"""
@@ -438,6 +481,7 @@ for i = 1, 8 do
     if at then redis.call('PEXPIREAT', KEYS[i + 8], at) else redis.call('PERSIST', KEYS[i + 8]) end
   end
 end
+bump(KEYS[9], KEYS[13], KEYS[15])
 redis.call('SET', marker, '1', 'PX', 600000)
 return 1
 """

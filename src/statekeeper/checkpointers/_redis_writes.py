@@ -5,7 +5,8 @@ Each ``put`` and ``put_writes`` is one script (plus, in a Cluster, the registry 
 before it). Maintenance works in bounded batches whatever a thread's size: deleting a
 thread unlinks its keys, ``prune`` and ``delete_for_runs`` delete a batch of checkpoints per
 script call, and ``copy_thread`` copies page by page into staging keys that one last
-script renames onto the target all at once.
+script renames onto the target all at once, if the source's change stamp (see
+:mod:`statekeeper.checkpointers._redis_lua`) shows that nothing changed it meanwhile.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ from statekeeper.checkpointers._redis_layout import (
     swap,
 )
 from statekeeper.checkpointers._redis_reads import PAGE, SCAN, Reads, _holds
-from statekeeper.errors import ConfigurationError, ThreadExistsError
+from statekeeper.errors import ConfigurationError, StorageError, ThreadExistsError
 
 __all__ = ["Plans"]
 
 DELETE_BATCH = 100  # checkpoints deleted per script call
 COPY_TTL_MS = 3_600_000  # a staged copy left by a crashed process expires after an hour
+COPY_ATTEMPTS = 5  # copies of a source that changed while it was read, before giving up
 _STAGE_ORDER = ("ids", "ns", "runs", "wix", "cp", "refs", "writes", "blobs")
 _ZSETS = {"ids", "ns", "runs", "wix"}
 
@@ -205,23 +207,38 @@ class Plans(Reads):
             )
         if not present:
             return
-        nonce = uuid.uuid4().hex
-        base = f"{self.prefix}:{{{tag_of(target)}}}:copy:{nonce}:".encode()
-        stage = {name: base + name.encode() for name in lua.THREAD_KEYS}
+        refs = skeys[lua.THREAD_KEYS.index("refs")]
         by_name = dict(zip(lua.THREAD_KEYS, skeys, strict=True))
-        for name in _STAGE_ORDER:  # indexes before data: every copied entry finds its data
-            yield from self._stage(by_name[name], stage[name], name in _ZSETS)
-        args = (self.ttl_ms,)
-        staged = tuple(stage[name] for name in lua.THREAD_KEYS)
-        finish = Eval(lua.FINISH_COPY, (*staged, *tkeys, base + b"done"), args)
-        _, done = yield Batch((self.touch(target), finish))
-        if done:
-            yield Cmd(("DEL", base + b"done"))  # it only had to outlive a retried call
-        else:
+        for _ in range(COPY_ATTEMPTS):
+            # Every script that changes the source counts its stamp up, so a stamp that is
+            # the same after every page was read means the pages are one snapshot.
+            stamp, present = yield Batch((Cmd(("HGET", refs, lua.STAMP)), Cmd(("EXISTS", *skeys))))
+            if not present:
+                return
+            nonce = uuid.uuid4().hex
+            base = f"{self.prefix}:{{{tag_of(target)}}}:copy:{nonce}:".encode()
+            stage = {name: base + name.encode() for name in lua.THREAD_KEYS}
+            for name in _STAGE_ORDER:  # indexes before data: every copied entry finds its data
+                yield from self._stage(by_name[name], stage[name], name in _ZSETS)
+            staged = tuple(stage[name] for name in lua.THREAD_KEYS)
+            after, still = yield Batch((Cmd(("HGET", refs, lua.STAMP)), Cmd(("EXISTS", *skeys))))
+            if after != stamp or still != present:  # changed (or expired) meanwhile
+                yield Cmd(("UNLINK", *staged))
+                continue
+            finish = Eval(lua.FINISH_COPY, (*staged, *tkeys, base + b"done"), (self.ttl_ms,))
+            _, done = yield Batch((self.touch(target), finish))
+            if done:
+                yield Cmd(("DEL", base + b"done"))  # it only had to outlive a retried call
+                return
             raise ThreadExistsError(
                 f"cannot copy thread {source!r} into {target!r}: {target!r} got data while "
                 "it was being copied; nothing was copied"
             )
+        raise StorageError(
+            f"cannot copy thread {source!r} into {target!r}: the source kept changing while "
+            f"it was being copied ({COPY_ATTEMPTS} attempts); nothing was copied. Copy it "
+            "when no one is writing to it, pruning it or deleting its runs"
+        )
 
     @staticmethod
     def _stage(key: bytes, into: bytes, zset: bool) -> Op[None]:
@@ -236,7 +253,7 @@ class Plans(Reads):
                 more = len(members) == SCAN
             else:
                 cursor, pairs = yield Cmd(("HSCAN", key, cursor, "COUNT", SCAN // 5))
-                write = [x for pair in pairs.items() for x in pair]
+                write = [x for f, v in pairs.items() if f != lua.STAMP for x in (f, v)]
                 more = cursor != 0
             if write:
                 command = "ZADD" if zset else "HSET"

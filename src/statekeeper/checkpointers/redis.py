@@ -76,8 +76,9 @@ class RedisCheckpointer(Checkpointer):
     Guarantees: each ``put`` and ``put_writes`` is one Lua script, so a reader never sees
     a checkpoint without its values and writes, and a put interrupted at any point is
     either entirely stored or not at all (a retried script is idempotent). ``copy_thread``
-    becomes visible all at once. Payloads go through ``serde`` only (never pickled); ids
-    are encoded into keys, so no id can reach another thread's keys or outside the prefix.
+    becomes visible all at once and is a snapshot of the source. Payloads go through
+    ``serde`` only (never pickled); ids are encoded into keys, so no id can reach another
+    thread's keys or outside the prefix.
     Driver errors are raised as :class:`~statekeeper.errors.StorageError` naming the URL
     without its password.
 
@@ -237,11 +238,14 @@ class RedisCheckpointer(Checkpointer):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every key of the source thread to the target, page by page into staging
-        keys that appear under the target's names all at once. Not a snapshot: the
-        source must not be written to or pruned while it is copied (see docs/redis.md).
+        keys that appear under the target's names all at once. The copy is a snapshot:
+        if the source changes while it is read (a put, prune or delete_for_runs: its
+        change stamp moved, see docs/redis.md), the staged copy is discarded and the copy
+        starts again, up to 5 times.
 
         Raises:
             ThreadExistsError: the target thread already has checkpoints (nothing changes).
+            StorageError: the source kept changing during every attempt (nothing copied).
         """
         self._conn.run(self._plans.copy_thread(source_thread_id, target_thread_id))
 
