@@ -9,7 +9,8 @@
   record fails :func:`unpack_record` with :class:`RecordError` saying why.
 * :class:`KeyLocks`: exclusive locks by name, between the threads of this process and
   between processes (``fcntl.flock`` on one lock file per name, so POSIX only). The
-  kernel releases a dead process's locks, so a crash never leaves a lock held.
+  kernel releases a dead process's locks, so a crash never leaves a lock held; a forked
+  child closes the lock descriptors it inherited from the parent's other threads.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -161,6 +163,26 @@ def unpack_record(data: bytes) -> tuple[dict[str, Any], list[bytes]]:
 # -- locks -----------------------------------------------------------------------------
 
 _STRIPES = 64
+# The descriptors of held flocks (fd -> the thread holding it), and every KeyLocks: a
+# forked child must not keep the parent's other threads' locks alive (a flock lasts as
+# long as any process has the descriptor open), nor inherit their in-process locks taken.
+_held_fds: dict[int, int] = {}
+_instances: weakref.WeakSet[KeyLocks] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    forking = threading.get_ident()  # the only thread the child has
+    for fd, holder in list(_held_fds.items()):
+        if holder != forking:
+            del _held_fds[fd]
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    for locks in list(_instances):
+        locks.reset()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class KeyLocks:
@@ -181,7 +203,11 @@ class KeyLocks:
             ) from None
         self.directory = directory
         self.timeout = timeout
-        self._pid = os.getpid()
+        self.reset()
+        _instances.add(self)
+
+    def reset(self) -> None:
+        """Fresh in-process locks (in a forked child, whose other threads are gone)."""
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
 
     @contextlib.contextmanager
@@ -189,18 +215,16 @@ class KeyLocks:
         """Hold the locks of every name for the block.
 
         Raises:
-            StorageError: a lock stayed taken by another process for ``timeout`` seconds.
+            StorageError: a lock stayed taken (by another thread or process) for
+                ``timeout`` seconds; the message says which.
         """
-        if self._pid != os.getpid():
-            # a forked child: another thread may have held a stripe at fork time
-            self._pid, self._stripes = os.getpid(), [threading.Lock() for _ in range(_STRIPES)]
         deadline = time.monotonic() + self.timeout
         stripes = sorted({zlib.crc32(name.encode()) % _STRIPES for name in names})
         with contextlib.ExitStack() as stack:
             for stripe in stripes:
                 lock = self._stripes[stripe]
                 if not lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    raise self._timeout(names)
+                    raise self._timeout(names, "another thread of this process was holding it")
                 stack.callback(lock.release)
             for name in sorted(set(names)):
                 stack.enter_context(self._flock(name, deadline))
@@ -215,6 +239,7 @@ class KeyLocks:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise storage_error(exc, "open the lock file", path) from exc
+        _held_fds[fd] = threading.get_ident()
         try:
             pause = 0.0005
             while True:
@@ -223,17 +248,20 @@ class KeyLocks:
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:
-                        raise self._timeout([name]) from None
+                        holder = "another process was holding it (or another checkpointer"
+                        holder += " on the same directory in this process)"
+                        raise self._timeout([name], holder) from None
                     # flock cannot wait with a timeout: poll, backing off to 20 ms
                     time.sleep(pause)
                     pause = min(pause * 2, 0.02)
             yield
         finally:
+            del _held_fds[fd]
             os.close(fd)  # closing the descriptor releases the lock
 
-    def _timeout(self, names: Sequence[str]) -> StorageError:
+    def _timeout(self, names: Sequence[str], holder: str) -> StorageError:
         return StorageError(
-            f"another process held the lock of {', '.join(sorted(names))!r} in "
-            f"{str(self.directory)!r} for more than {self.timeout:g} s; retry, or raise "
-            "lock_timeout"
+            f"waited {self.timeout:g} s for the lock of {', '.join(sorted(names))!r} in "
+            f"{str(self.directory)!r}: {holder}; retry later, or raise lock_timeout if "
+            "writes of one thread take that long"
         )

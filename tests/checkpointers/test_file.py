@@ -740,7 +740,7 @@ def test_a_writer_waits_for_another_process_lock_then_times_out(root: Path) -> N
     pid, out = fork(hold_lock)
     assert read_lines(out, 1) == ["locked"]
     with FileCheckpointer(root, lock_timeout=0.2) as saver:
-        with pytest.raises(StorageError, match="lock_timeout"):
+        with pytest.raises(StorageError, match=r"another process was holding it.*lock_timeout"):
             put(saver, "busy")
         assert saver.get_tuple(cfg("busy")) is None  # readers never wait
         put(saver, "free")  # other threads are not blocked
@@ -935,3 +935,136 @@ def test_a_copy_that_fails_to_publish_puts_the_target_back(
         saver.copy_thread("t", "target")
     after = {p.relative_to(root): p.read_bytes() for p in all_files(root / "threads" / "target")}
     assert after == before
+
+
+def test_cleanup_never_deletes_a_damaged_or_unrecognised_value_file(saver: Any, root: Path) -> None:
+    versions: dict[str, str] = {}
+    first = put_step(saver, cfg("t"), versions, 3, metadata={"run_id": "r1"})
+    second = put_step(saver, first, versions, 4, metadata={"run_id": "r2"})
+    values = root / "threads" / "t" / "~" / "values"
+    damaged = _value_file(root, second, "log", saver)  # only the doomed checkpoint uses it
+    _flip_byte(damaged)  # in the payload: its JSON line still reads
+    kept = damaged.read_bytes()
+    stray = values / "notes"  # not a value file name, though its second line is JSON
+    stray.write_text('my notes\n{"base": null}\n')
+    misnamed = values / "other@1"  # a value file name holding another file's record
+    misnamed.write_bytes((values / _value_file(root, first, "log", saver).name).read_bytes())
+
+    saver.delete_for_runs(["r2"])
+    saver.prune(["t"])
+    assert [t.config for t in saver.list(cfg("t"))] == [first]
+    assert damaged.read_bytes() == kept  # left for verify() to report and quarantine
+    assert stray.read_text() == 'my notes\n{"base": null}\n'
+    assert misnamed.exists()
+    assert {str(f.path) for f in saver.verify()} == {str(damaged), str(misnamed)}
+
+
+def test_stray_files_in_values_and_writes_are_ignored_not_quarantined(
+    saver: Any, root: Path
+) -> None:
+    _history(saver, 2)
+    ns_dir = root / "threads" / "t" / "~"
+    strays = [ns_dir / "values" / "README", ns_dir / "values" / "notes.txt"]
+    strays += [ns_dir / "writes" / "README", ns_dir / "writes" / "Notes.TXT"]
+    for path in strays:
+        path.write_text("mine")
+    assert saver.verify() == []
+    assert saver.verify(quarantine=True) == []
+    assert all(path.read_text() == "mine" for path in strays)
+    assert all_files(root / "quarantine") == []
+
+
+def test_verify_removes_copies_left_by_a_crash_but_never_one_in_progress(
+    saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from statekeeper.checkpointers import _file_store
+
+    configs = _history(saver, 2)
+    seen: list[list[str]] = []
+    link = _file_store.Store._link
+
+    def crash_after_first_link(self: Any, source: Path, target: Path) -> None:
+        link(self, source, target)
+        seen.append(sorted(p.name for p in (root / "trash").iterdir()))
+        other = FileCheckpointer(root, lock_timeout=0.05)
+        with pytest.raises(StorageError, match="lock"):
+            other.verify()  # the copy holds the target's lock: its folder is left alone
+        raise KeyboardInterrupt  # as if killed: nothing cleans up
+
+    monkeypatch.setattr(_file_store.Store, "_link", crash_after_first_link)
+    monkeypatch.setattr(_file_store.shutil, "rmtree", lambda *a, **k: None)
+    with pytest.raises(KeyboardInterrupt):
+        saver.copy_thread("t", "copy")
+    monkeypatch.undo()
+    assert len(seen) == 1
+    assert seen[0][0].startswith("copy-")
+    assert [p.name for p in (root / "trash").iterdir()] == seen[0]  # the crash's leftover
+
+    assert saver.verify() == []
+    assert list((root / "trash").iterdir()) == []
+    assert [t.config for t in saver.list(cfg("t"))] == configs[::-1]
+    assert saver.get_tuple(cfg("copy")) is None
+
+
+def test_a_lock_timeout_says_whether_a_thread_or_a_process_held_it(root: Path) -> None:
+    import threading
+
+    taken, release = threading.Event(), threading.Event()
+    with FileCheckpointer(root, lock_timeout=0.1) as saver:
+
+        def hold() -> None:
+            with saver._store.lock("busy"):
+                taken.set()
+                release.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            taken.wait()
+            with pytest.raises(StorageError) as info:
+                put(saver, "busy")
+        finally:
+            release.set()
+            holder.join()
+    message = str(info.value)
+    assert "another thread of this process" in message
+    assert "another process" not in message
+    assert "lock_timeout" in message
+
+
+def test_a_fork_while_another_thread_holds_a_lock_does_not_keep_it_held(root: Path) -> None:
+    import threading
+
+    taken, release = threading.Event(), threading.Event()
+    child_go, child_release = os.pipe()
+    with FileCheckpointer(root) as saver:
+
+        def hold() -> None:
+            with saver._store.lock("busy"):
+                taken.set()
+                release.wait()
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        taken.wait()
+        try:
+            pid, out = fork(lambda out: os.read(child_go, 1) and None)  # lives on
+        finally:
+            release.set()
+            holder.join()
+        try:
+
+            def take(out: int) -> None:
+                with FileCheckpointer(root, lock_timeout=2) as other:
+                    put(other, "busy")
+                os.write(out, b"took it\n")
+
+            other_pid, other_out = fork(take)
+            assert read_lines(other_out, 1) == ["took it"]  # while the first child lives
+            assert os.waitpid(pid, os.WNOHANG) == (0, 0)
+            os.waitpid(other_pid, 0)
+        finally:
+            os.write(child_release, b"x")
+            os.waitpid(pid, 0)
+        for fd in (out, other_out, child_go, child_release):
+            os.close(fd)

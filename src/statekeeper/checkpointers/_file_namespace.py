@@ -17,7 +17,9 @@ import base64
 import binascii
 import contextlib
 import functools
+import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,7 @@ from statekeeper._files import (
     unpack_record,
 )
 from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
-from statekeeper.checkpointers._file_layout import file_name, value_file_name
+from statekeeper.checkpointers._file_layout import decode_name, file_name, value_file_name
 from statekeeper.errors import CorruptCheckpointError
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "corrupt_error",
     "names_in",
     "read_record",
+    "record_names",
     "reporting",
     "short",
 ]
@@ -132,6 +135,41 @@ def names_in(folder: Path) -> Iterator[str]:
     except (FileNotFoundError, NotADirectoryError):
         return iter(())
     return (name for name in names if not name.startswith("."))
+
+
+_SHORTENED = re.compile(r"[a-z0-9._~^-]*~~[0-9a-f]{64}")
+
+
+def _is_file_name(name: str) -> bool:
+    """Whether ``name`` can be ``file_name`` of some text (in full or shortened)."""
+    if _SHORTENED.fullmatch(name) and name.count("~~") == 1:
+        return True
+    try:
+        decode_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_value_name(name: str) -> bool:
+    """Whether ``name`` can be ``value_file_name`` of some channel and version."""
+    channel, at, version = name.partition("@")
+    if not at or not _is_file_name(channel):
+        return False
+    if not version.startswith("="):
+        return _is_file_name(version)
+    try:
+        return not isinstance(json.loads(version[1:]), str)
+    except ValueError:
+        return False
+
+
+def record_names(folder: Path, kind: str) -> Iterator[str]:
+    """The entries of a ``values`` (``kind`` ``"value"``) or ``writes`` folder whose names
+    a value or writes file can have; anything else (a ``README`` a user put there) is not
+    ours and is left alone."""
+    is_ours = _is_value_name if kind == "value" else _is_file_name
+    return (name for name in names_in(folder) if is_ours(name))
 
 
 @dataclass(frozen=True)

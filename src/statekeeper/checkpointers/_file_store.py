@@ -39,15 +39,31 @@ from statekeeper.checkpointers._file_namespace import (
     names_in,
     reporting,
 )
-from statekeeper.checkpointers._file_values import value_bases, walk
+from statekeeper.checkpointers._file_values import intact_value, value_bases, walk
 from statekeeper.checkpointers._lineage import keep_latest_ids, unused_values
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, SchemaVersionError
 
-__all__ = ["FORMAT_FILE", "Store"]
+__all__ = ["FORMAT_FILE", "Store", "trash_lock", "trash_name"]
 
 FORMAT_FILE = "statekeeper.json"
 _FORMAT = {"format": "statekeeper-file", "version": 1}
 log = logging.getLogger("statekeeper.checkpointers.file")
+
+
+def trash_name(kind: str, lock: str) -> str:
+    """A fresh ``trash/`` folder name for a copy (``kind`` ``"copy"`` or ``"replaced"``)
+    made under the lock named ``lock``: ``<kind>-<16 hex digits>-<lock>``. verify() removes
+    such a leftover of a crash while it holds that lock, so never one still in use."""
+    return f"{kind}-{os.urandom(8).hex()}-{lock}"
+
+
+def trash_lock(name: str) -> str | None:
+    """The lock under which the ``trash/`` folder ``name`` (from :func:`trash_name`) was
+    made; None if it is not such a folder."""
+    kind, _, rest = name.partition("-")
+    random, _, lock = rest.partition("-")
+    ours = kind in ("copy", "replaced") and len(random) == 16 and lock[:1] not in ("", ".")
+    return lock if ours else None
 
 
 class Store:
@@ -312,15 +328,18 @@ class Store:
 
     def collect_values(self, n: Namespace, referenced: Iterable[Mapping[str, Any]]) -> None:
         """Remove the values of ``n`` that no ``channel_versions`` in ``referenced`` uses,
-        directly or as the base of an append delta a survivor uses."""
+        directly or as the base of an append delta a survivor uses, and that are intact
+        value records of their own name: damaged or unrecognised files are left alone."""
         stored, bases = value_bases(n)
         used = (
             {file_name(ch): version_name(v) for ch, v in versions.items()}
             for versions in referenced
         )
         for channel, version in unused_values(stored, used, bases):
-            with contextlib.suppress(FileNotFoundError):
-                (n.values_dir / f"{channel}@{version}").unlink()
+            path = n.values_dir / f"{channel}@{version}"
+            if intact_value(path):  # never damage: verify() reports it
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
         self.sync(n.values_dir)
 
     # -- whole threads -----------------------------------------------------------------
@@ -340,10 +359,11 @@ class Store:
     def copy_thread(self, source: str, target: str) -> None:
         """Copy every namespace of ``source`` to ``target`` (which has no checkpoints),
         built aside and published with one rename. Value and writes files are hard links
-        when the file system allows (they are never modified in place)."""
+        when the file system allows (they are never modified in place). The caller holds
+        the target's lock, which the folders in ``trash/`` name (see :func:`trash_name`)."""
         if not self.thread_dir(source).is_dir():
             return
-        staging = self.trash / f"copy-{os.urandom(8).hex()}"
+        staging = self.trash / trash_name("copy", file_name(target))
         try:
             staging.mkdir()
             for n in self.namespaces(source):
@@ -367,7 +387,7 @@ class Store:
                         (staging / relative).parent.mkdir(parents=True, exist_ok=True)
                         self._link(existing / relative, staging / relative)
             self.sync(staging)
-            old = self.trash / f"replaced-{os.urandom(8).hex()}"
+            old = self.trash / trash_name("replaced", file_name(target))
             with contextlib.suppress(FileNotFoundError):
                 existing.rename(old)
             try:

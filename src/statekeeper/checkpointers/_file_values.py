@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
@@ -27,13 +28,14 @@ from statekeeper.checkpointers._deltas import (
     rebuild_all,
 )
 from statekeeper.checkpointers._file_index import Entry, IndexView
-from statekeeper.checkpointers._file_layout import file_name, version_name
+from statekeeper.checkpointers._file_layout import file_name, value_file_name, version_name
 from statekeeper.checkpointers._file_namespace import (
     Damaged,
     Namespace,
     Payload,
     names_in,
     read_record,
+    record_names,
 )
 from statekeeper.checkpointers._lineage import walk_chains
 from statekeeper.checkpointers._payload import EMPTY, check_id
@@ -43,6 +45,7 @@ __all__ = [
     "Memo",
     "Plans",
     "check_versions",
+    "intact_value",
     "plan_values",
     "read_value",
     "stored_channels",
@@ -214,11 +217,11 @@ def stored_channels(n: Namespace, versions: Mapping[str, Any], plans: Plans) -> 
 def value_bases(n: Namespace) -> tuple[list[tuple[str, str]], dict[tuple[str, str], str]]:
     """The ``(channel, version)`` file names in ``values/`` that garbage collection may
     consider, and the base of each delta among them (it must keep the bases survivors
-    need). Only the JSON line of each record is read; a file whose line cannot be read is
-    left out, so it is never collected: damage is not deleted (verify() reports it)."""
+    need). Only the JSON line of each record is read here, so a file whose line cannot be
+    read is left out; collection then deletes only what :func:`intact_value` accepts."""
     stored: list[tuple[str, str]] = []
     bases: dict[tuple[str, str], str] = {}
-    for name in names_in(n.values_dir):
+    for name in record_names(n.values_dir, "value"):
         channel, _, version = name.partition("@")
         try:
             with open(n.values_dir / name, "rb") as file:  # noqa: PTH123 - two lines only
@@ -230,6 +233,16 @@ def value_bases(n: Namespace) -> tuple[list[tuple[str, str]], dict[tuple[str, st
         if base is not None:
             bases[(channel, version)] = version_name(base)
     return stored, bases
+
+
+def intact_value(path: Path) -> bool:
+    """Whether ``path`` holds an intact value record of its own file name: the only kind
+    of file garbage collection deletes (damage is left for verify() to report)."""
+    try:
+        meta = read_record(path, "value")[0]
+        return value_file_name(meta["channel"], meta["version"]) == path.name
+    except (FileNotFoundError, Damaged, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _detach_dependents(

@@ -13,7 +13,9 @@ Quarantine moves each damaged file to ``quarantine/<timestamp>/<its path>``; whe
 of a ``checkpoints`` file are damaged or name checkpoints that cannot be loaded, the file
 is copied there whole and rewritten without them. That leaves a store in which every
 listed checkpoint loads. Nothing is deleted, except temporary files of interrupted
-writes, which never held a committed checkpoint.
+writes, which never held a committed checkpoint, and what interrupted deletes and copies
+left in ``trash/``. Files in ``values/`` and ``writes/`` whose names cannot be ours are
+ignored.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,8 +46,9 @@ from statekeeper.checkpointers._file_namespace import (
     Namespace,
     names_in,
     read_record,
+    record_names,
 )
-from statekeeper.checkpointers._file_store import Store
+from statekeeper.checkpointers._file_store import Store, trash_lock
 
 __all__ = ["CorruptFile", "verify"]
 
@@ -63,9 +67,7 @@ class CorruptFile:
 
 def verify(store: Store, *, quarantine: bool) -> list[CorruptFile]:
     """See the module docstring. Thread by thread; returns every problem found."""
-    for name in os.listdir(store.trash):  # noqa: PTH208 - leftovers of interrupted deletes
-        if name.startswith(("deleted-", "replaced-")):
-            shutil.rmtree(store.trash / name, ignore_errors=True)
+    _empty_trash(store)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
     found: list[CorruptFile] = []
     for thread_name in names_in(store.threads):
@@ -80,6 +82,18 @@ def verify(store: Store, *, quarantine: bool) -> list[CorruptFile]:
                 elif n is not None:
                     found.extend(_verify_namespace(store, n, quarantine, stamp))
     return found
+
+
+def _empty_trash(store: Store) -> None:
+    """Remove what interrupted deletes and copies left in ``trash/``. A ``deleted-*``
+    folder is garbage once renamed there; a copy's folders are used until the copy
+    releases the target's lock, which their names give, so they are removed under it."""
+    for name in os.listdir(store.trash):  # noqa: PTH208 - names, not Path objects
+        if (lock := trash_lock(name)) is not None:
+            with store.locks.hold(lock):
+                shutil.rmtree(store.trash / name, ignore_errors=True)
+        elif name.startswith("deleted-") or re.fullmatch(r"replaced-[0-9a-f]{16}", name):
+            shutil.rmtree(store.trash / name, ignore_errors=True)  # (the latter: older)
 
 
 def _namespace(store: Store, ns_dir: Path) -> Namespace | CorruptFile | None:
@@ -122,7 +136,7 @@ def _verify_namespace(
     damaged: dict[str, set[str]] = {sub: set() for sub in SUBDIRS}
     bases: dict[str, str] = {}  # value file -> the value file its append delta builds on
     for sub, kind in (("values", "value"), ("writes", "writes")):
-        for name in names_in(n.dir / sub):
+        for name in record_names(n.dir / sub, kind):  # other names are not ours
             path = n.dir / sub / name
             try:
                 base = _check_record(path, kind)

@@ -112,7 +112,8 @@ class FileCheckpointer(Checkpointer):
             ``statekeeper.checkpointers.file`` logger and skips it, so ``get_tuple``
             returns the newest intact checkpoint and ``list`` the intact ones. A
             checkpoint asked for by id is never substituted: it loads or raises.
-        lock_timeout: seconds a writer waits for another process's lock on a thread.
+        lock_timeout: seconds a writer waits for a thread's lock (held by another
+            process, or another thread of this one).
         fsync: flush every write to disk before it counts, so a committed checkpoint
             survives a power loss (the default). ``False`` keeps every write atomic — a
             killed process still leaves the old or the new checkpoint — but a power loss
@@ -459,6 +460,7 @@ class FileCheckpointer(Checkpointer):
         directory, and rewrite each ``checkpoints`` file without its damaged lines and the
         checkpoints that need a damaged file (the old file is kept in quarantine), so that
         every checkpoint left loads. Nothing is deleted, except temporary files that
-        interrupted writes left (they never held a committed checkpoint).
+        interrupted writes left (they never held a committed checkpoint) and the folders
+        interrupted deletes and copies left in ``trash/``.
         """
         return verify(self._open_store(), quarantine=quarantine)
