@@ -65,7 +65,7 @@ def unavailable(reason: str) -> None:
 
 @dataclass
 class Server:
-    """A ``redis-server`` this session started (and may stop, kill and restart)."""
+    """A ``redis-server`` the test session started (and may stop, kill and restart)."""
 
     port: int
     workdir: Path
