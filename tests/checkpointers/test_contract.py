@@ -17,12 +17,13 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pydantic
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     ChannelVersions,
@@ -33,7 +34,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
+from langgraph.graph import START, StateGraph
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
@@ -1677,3 +1680,45 @@ def test_concurrent_sync_calls_from_eight_threads_lose_and_corrupt_nothing(saver
         assert strict(tup.checkpoint["channel_values"]) == strict({"v": value(k, i)})
         assert writes_of(tup) == [(f"task-{k}", "i", i)]
     assert len(list(saver.list(None))) == 2 * workers * rounds
+
+
+# -- LangGraph's DeltaChannel through a real graph ----------------------------------------
+
+
+def _append(state: list[str], writes: list[list[str]]) -> list[str]:
+    return state + [item for batch in writes for item in batch]
+
+
+class _Log(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=4)]
+
+
+def _run_log(saver: Any, turns: int) -> tuple[Any, RunnableConfig]:
+    def step(state: _Log) -> dict[str, Any]:
+        return {"log": [f"step {len(state['log'])}"]}
+
+    builder = StateGraph(_Log)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    graph = builder.compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "log"}}
+    for turn in range(turns):
+        graph.invoke({"log": [f"input {turn}"]}, config)
+    return graph, config
+
+
+def test_delta_channels_rebuild_like_in_memory_and_survive_prune(saver: Any) -> None:
+    reference, ref_config = _run_log(InMemorySaver(), 11)
+    graph, config = _run_log(saver, 11)
+    before = graph.get_state(config).values
+    assert before == reference.get_state(ref_config).values
+    ours = [s.values for s in graph.get_state_history(config)]
+    assert ours == [s.values for s in reference.get_state_history(ref_config)]
+
+    total = len(list(saver.list(config)))
+    saver.prune(["log"], strategy="keep_latest")
+    assert 1 < len(list(saver.list(config))) < total  # back to the last snapshot, no more
+    assert graph.get_state(config).values == before
+    graph.invoke({"log": ["after prune"]}, config)
+    after = [*before["log"], "after prune", f"step {len(before['log']) + 1}"]
+    assert graph.get_state(config).values["log"] == after

@@ -20,15 +20,12 @@ import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, StateGraph
 
 from statekeeper.checkpointers import FileCheckpointer, open_checkpointer
 from statekeeper.checkpointers._common import next_version
@@ -785,43 +782,6 @@ def test_prune_and_delete_for_runs_remove_unused_values(saver: Any, root: Path) 
     assert [t.config for t in saver.list(cfg("t"))] == [second]
     assert len(list(values.iterdir())) == 2  # log@5 and the blob it still uses
     check_loaded(saver.get_tuple(cfg("t")))
-
-
-def _append(state: list[str], writes: list[list[str]]) -> list[str]:
-    return state + [item for batch in writes for item in batch]
-
-
-class Log(TypedDict):
-    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=4)]
-
-
-def _run_log(saver: Any, turns: int) -> tuple[Any, dict]:
-    def step(state: Log) -> dict[str, Any]:
-        return {"log": [f"step {len(state['log'])}"]}
-
-    builder = StateGraph(Log)
-    builder.add_node("step", step)
-    builder.add_edge(START, "step")
-    graph = builder.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "log"}}
-    for turn in range(turns):
-        graph.invoke({"log": [f"input {turn}"]}, config)
-    return graph, config
-
-
-def test_delta_channels_rebuild_and_survive_prune(saver: Any) -> None:
-    reference, ref_config = _run_log(InMemorySaver(), 11)
-    graph, config = _run_log(saver, 11)
-    before = graph.get_state(config).values
-    assert before == reference.get_state(ref_config).values
-    total = len(list(saver.list(config)))
-
-    saver.prune(["log"])
-    assert 1 < len(list(saver.list(config))) < total
-    assert graph.get_state(config).values == before
-    graph.invoke({"log": ["after prune"]}, config)
-    after = [*before["log"], "after prune", f"step {len(before['log']) + 1}"]
-    assert graph.get_state(config).values["log"] == after
 
 
 def test_fsync_false_still_writes_atomically(root: Path) -> None:

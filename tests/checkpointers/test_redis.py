@@ -22,7 +22,6 @@ from typing import Annotated, Any, TypedDict
 import pytest
 import redis
 import redis.cluster
-from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
@@ -822,44 +821,6 @@ def test_the_async_api_does_not_use_worker_threads(
 async def main_again(url: str) -> None:
     async with open_checkpointer(url) as saver:
         assert (await saver.aget_tuple(cfg("t"))) is not None
-
-
-# -- LangGraph's DeltaChannel -----------------------------------------------------------
-
-
-def _append(state: list[str], writes: list[list[str]]) -> list[str]:
-    return state + [item for batch in writes for item in batch]
-
-
-class Log(TypedDict):
-    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=4)]
-
-
-def _run_log(saver: Any, turns: int) -> tuple[Any, dict[str, Any]]:
-    def step(state: Log) -> dict[str, Any]:
-        return {"log": [f"step {len(state['log'])}"]}
-
-    builder = StateGraph(Log)
-    builder.add_node("step", step)
-    builder.add_edge(START, "step")
-    graph = builder.compile(checkpointer=saver)
-    config = {"configurable": {"thread_id": "log"}}
-    for turn in range(turns):
-        graph.invoke({"log": [f"input {turn}"]}, config)
-    return graph, config
-
-
-def test_delta_channels_rebuild_and_prune_keeps_what_they_need(url: str) -> None:
-    reference, ref_config = _run_log(InMemorySaver(), 11)
-    with open_checkpointer(url) as saver:
-        graph, config = _run_log(saver, 11)
-        before = graph.get_state(config).values
-        assert before == reference.get_state(ref_config).values
-        total = len(list(saver.list(config)))
-        saver.prune(["log"], strategy="keep_latest")
-        kept = len(list(saver.list(config)))
-        assert graph.get_state(config).values == before
-        assert 1 < kept < total
 
 
 # -- several processes ------------------------------------------------------------------

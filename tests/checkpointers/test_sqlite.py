@@ -14,13 +14,11 @@ from typing import Annotated, Any, TypedDict
 
 import ormsgpack
 import pytest
-from langgraph.channels import DeltaChannel
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_config,
     generate_metadata,
 )
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
@@ -326,59 +324,6 @@ def test_pickled_payloads_are_refused(tmp_path: Path) -> None:
             )
         with pytest.raises(Exception, match="cannot deserialise a stored 'pickle' payload"):
             saver.get_tuple(stored)
-
-
-# -- DeltaChannel ------------------------------------------------------------------------
-
-
-def _append(state: list[str], writes: list[list[str]]) -> list[str]:
-    return state + [item for batch in writes for item in batch]
-
-
-class Log(TypedDict):
-    log: Annotated[list[str], DeltaChannel(_append, snapshot_frequency=4)]
-
-
-def _log_graph(saver: Any) -> Any:
-    def step(state: Log) -> dict[str, Any]:
-        return {"log": [f"step {len(state['log'])}"]}
-
-    builder = StateGraph(Log)
-    builder.add_node("step", step)
-    builder.add_edge(START, "step")
-    return builder.compile(checkpointer=saver)
-
-
-def _run_log(saver: Any, turns: int) -> Any:
-    graph = _log_graph(saver)
-    config = {"configurable": {"thread_id": "log"}}
-    for turn in range(turns):
-        graph.invoke({"log": [f"input {turn}"]}, config)
-    return graph, config
-
-
-def test_delta_channels_rebuild_the_same_state_as_in_memory(tmp_path: Path) -> None:
-    reference, ref_config = _run_log(InMemorySaver(), 11)
-    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
-        graph, config = _run_log(saver, 11)
-        assert graph.get_state(config).values == reference.get_state(ref_config).values
-        ours = [s.values for s in graph.get_state_history(config)]
-        theirs = [s.values for s in reference.get_state_history(ref_config)]
-        assert ours == theirs
-
-
-def test_prune_keep_latest_keeps_what_delta_channels_need(tmp_path: Path) -> None:
-    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
-        graph, config = _run_log(saver, 11)
-        before = graph.get_state(config).values
-        total = len(list(saver.list(config)))
-        saver.prune(["log"], strategy="keep_latest")
-        kept = len(list(saver.list(config)))
-        assert graph.get_state(config).values == before
-        assert 1 < kept < total  # the chain back to the last snapshot, no more
-        graph.invoke({"log": ["after prune"]}, config)
-        after = [*before["log"], "after prune", f"step {len(before['log']) + 1}"]
-        assert graph.get_state(config).values["log"] == after
 
 
 def test_hostile_bytes_cannot_construct_non_data_classes(tmp_path: Path) -> None:
