@@ -106,10 +106,16 @@ SELECT_VALUE = (
     "SELECT channel, version, type, codec, blob, base_version, crc FROM blobs"
     " WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"
 )
-INSERT_VALUE = (
-    "INSERT OR REPLACE INTO blobs (thread_id, checkpoint_ns, channel, version, type, codec,"
-    " blob, base_version, crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SELECT_CRC = (
+    "SELECT crc FROM blobs"
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"
 )
+_VALUE_ROW = (
+    " INTO blobs (thread_id, checkpoint_ns, channel, version, type, codec, blob,"
+    " base_version, crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_VALUE = "INSERT OR IGNORE" + _VALUE_ROW  # a new version: the common case
+REPLACE_VALUE = "INSERT OR REPLACE" + _VALUE_ROW  # an overwrite of a stored version
 SELECT_WRITES = (
     "SELECT task_id, channel, type, codec, value, task_path, idx FROM writes"
     " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"

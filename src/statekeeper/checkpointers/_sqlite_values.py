@@ -16,7 +16,13 @@ from statekeeper.checkpointers._deltas import (
     StoredValue,
     rebuild_all,
 )
-from statekeeper.checkpointers._sqlite_queries import INSERT_VALUE, SELECT_VALUE, Row
+from statekeeper.checkpointers._sqlite_queries import (
+    INSERT_VALUE,
+    REPLACE_VALUE,
+    SELECT_CRC,
+    SELECT_VALUE,
+    Row,
+)
 from statekeeper.errors import SerializationError
 
 __all__ = ["read_value", "write_value"]
@@ -73,28 +79,30 @@ def write_value(
     value = plan.stored
     use_fallback = False
     if value.base is not None:
-        base = conn.execute(SELECT_VALUE, (thread_id, ns, value.channel, value.base)).fetchone()
-        use_fallback = base is None or base[6] != plan.base_crc
+        base = conn.execute(SELECT_CRC, (thread_id, ns, value.channel, value.base)).fetchone()
+        use_fallback = base is None or base[0] != plan.base_crc
     if use_fallback:
         assert plan.fallback is not None
         value = plan.fallback
-    existing = conn.execute(SELECT_VALUE, (thread_id, ns, value.channel, value.version)).fetchone()
-    if existing is not None and existing[6] != value.crc:
-        _detach_dependents(conn, thread_id, ns, value.channel, value.version, recent)
-    conn.execute(
-        INSERT_VALUE,
-        (
-            thread_id,
-            ns,
-            value.channel,
-            value.version,
-            value.type,
-            value.codec,
-            value.data,
-            value.base,
-            value.crc,
-        ),
+    row = (
+        thread_id,
+        ns,
+        value.channel,
+        value.version,
+        value.type,
+        value.codec,
+        value.data,
+        value.base,
+        value.crc,
     )
+    if conn.execute(INSERT_VALUE, row).rowcount == 0:
+        # The version is already stored: an overwrite, which LangGraph itself never does.
+        existing = conn.execute(
+            SELECT_CRC, (thread_id, ns, value.channel, value.version)
+        ).fetchone()
+        if existing[0] != value.crc:
+            _detach_dependents(conn, thread_id, ns, value.channel, value.version, recent)
+        conn.execute(REPLACE_VALUE, row)
     return use_fallback
 
 
