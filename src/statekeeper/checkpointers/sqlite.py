@@ -42,7 +42,7 @@ from statekeeper.checkpointers._common import (
     merged_metadata,
     version_key,
 )
-from statekeeper.checkpointers._deltas import PlannedValue, RecentPayloads, plan_new_value
+from statekeeper.checkpointers._deltas import RecentPayloads, plan_new_value
 from statekeeper.checkpointers._lineage import assemble_history
 from statekeeper.checkpointers._payload import (
     EMPTY,
@@ -263,12 +263,14 @@ class SqliteCheckpointer(Checkpointer):
         stripped: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stripped.pop("channel_values", None) or {}
         plans = [
-            self._plan(
-                thread_id,
-                ns,
+            plan_new_value(
+                self.serde,
+                (thread_id, ns, channel),
                 check_id(channel, "channel name", allow_empty=True),
                 version_key(version),
                 values,
+                recent=self._recent,
+                compress=self.compress,
             )
             for channel, version in new_versions.items()
         ]
@@ -295,14 +297,6 @@ class SqliteCheckpointer(Checkpointer):
             if remember is not None:
                 self._recent.put((thread_id, ns, plan.stored.channel), remember)
         return checkpoint_config(thread_id, ns, checkpoint_id)
-
-    def _plan(
-        self, thread_id: str, ns: str, channel: str, version: str, values: dict[str, Any]
-    ) -> PlannedValue:
-        key = (thread_id, ns, channel)
-        return plan_new_value(
-            self.serde, key, channel, version, values, recent=self._recent, compress=self.compress
-        )
 
     def put_writes(
         self,
