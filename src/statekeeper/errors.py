@@ -12,11 +12,15 @@ __all__ = [
     "ConfigurationError",
     "CorruptCheckpointError",
     "InvalidIdError",
+    "NothingToResumeError",
     "SchemaVersionError",
     "SerializationError",
+    "StateValidationError",
     "StatekeeperError",
     "StorageError",
+    "ThreadBusyError",
     "ThreadExistsError",
+    "ThreadNotFoundError",
 ]
 
 
@@ -77,3 +81,52 @@ class CorruptCheckpointError(StorageError):
 
 class ThreadExistsError(StatekeeperError):
     """A copy or import would write into a thread that already has checkpoints."""
+
+
+class ThreadNotFoundError(StatekeeperError, LookupError):
+    """The thread (or the checkpoint named in it) has no checkpoints in this storage."""
+
+
+class ThreadBusyError(StatekeeperError):
+    """Another run holds the thread's claim (see ``Checkpointer.claim_thread``).
+
+    ``thread_id`` names the thread; ``holder`` describes the run holding it (``pid``,
+    ``host``, ``since``, as far as the backend knows; may be empty).
+    """
+
+    def __init__(self, message: str, *, thread_id: str, holder: dict[str, object]) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.holder = holder
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
+
+
+class NothingToResumeError(StatekeeperError):
+    """A resume was asked for a thread whose run has finished (no task left to run)."""
+
+
+class StateValidationError(StatekeeperError, ValueError):
+    """Stored graph state does not validate against the graph's state schema, or cannot
+    be migrated to its version. Nothing was written.
+
+    Attributes: ``thread_id``, ``checkpoint_id`` and ``field`` (the dotted path of the
+    first invalid field, ``None`` when the whole state is at fault).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+        self.field = field
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)

@@ -9,10 +9,11 @@ never blocks. A backend with a native async driver overrides the ``a*`` methods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, NamedTuple, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -27,9 +28,18 @@ from langgraph.checkpoint.base import (
 from statekeeper.checkpointers._common import check_prune_strategy, next_version
 from statekeeper.checkpointers._payload import check_id
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "TaskWrite"]
 
 _ASYNC_BATCH = 100  # tuples fetched per worker-thread hop in alist
+
+
+class TaskWrite(NamedTuple):
+    """One pending write with everything needed to store it again elsewhere exactly."""
+
+    task_id: str
+    task_path: str
+    channel: str
+    value: Any
 
 
 class Checkpointer(BaseCheckpointSaver[str]):
@@ -84,6 +94,29 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
         """``prune(ids, strategy="keep_latest")`` for validated thread ids."""
+        raise NotImplementedError
+
+    def get_writes(self, config: RunnableConfig) -> list[TaskWrite]:
+        """The pending writes of the checkpoint ``config`` names (``thread_id``,
+        ``checkpoint_ns`` and ``checkpoint_id`` are all required), in the order
+        ``get_tuple`` returns them, each with the ``task_path`` it was written with —
+        which ``CheckpointTuple.pending_writes`` leaves out, and which a copy to another
+        backend needs to keep that order. An unknown checkpoint has none: ``[]``.
+        """
+        raise NotImplementedError
+
+    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """Claim ``thread_id`` for one run, for the duration of a ``with`` block.
+
+        The claim is exclusive between the threads of this process and every other
+        process using the same storage, and is released when the block exits or the
+        holding process dies. It is advisory: reads and writes never check it; runners
+        take it so two of them never advance one thread at once.
+
+        Raises:
+            ThreadBusyError: another run holds the claim; the error names the holder.
+            InvalidIdError: ``thread_id`` cannot be stored.
+        """
         raise NotImplementedError
 
     # -- async API: the sync code in a worker thread ------------------------------------

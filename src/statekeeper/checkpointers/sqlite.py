@@ -13,9 +13,11 @@ in a worker thread, so it never blocks the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -33,7 +35,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._sqlite import MEMORY, Database
 from statekeeper._urls import parse_options
-from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.checkpointers._base import Checkpointer, TaskWrite
+from statekeeper.checkpointers._claims import LockFileClaims, ProcessClaims
 from statekeeper.checkpointers._common import (
     checkpoint_config,
     dump_metadata,
@@ -63,6 +66,7 @@ from statekeeper.checkpointers._sqlite_queries import (
     Raw,
     Raws,
     Row,
+    Rows,
     delete_checkpoints,
     keep_latest,
     list_where,
@@ -72,6 +76,8 @@ from statekeeper.checkpointers._sqlite_values import read_value, write_value
 from statekeeper.errors import ConfigurationError, ThreadExistsError
 
 __all__ = ["SqliteCheckpointer"]
+
+TaskWrites = list[TaskWrite]
 
 _LIST_PAGE = 100
 _OPTIONS: dict[str, type] = {"busy_timeout": float, "compress": bool, "serde": object}
@@ -109,6 +115,10 @@ class SqliteCheckpointer(Checkpointer):
         self._recent = RecentPayloads()
         self._db = Database(
             path, component="checkpoints", migrations=MIGRATIONS, busy_timeout=busy_timeout
+        )
+        # claims live beside the database file: SQLite's storage is this machine's
+        self._claims = (
+            ProcessClaims() if path == MEMORY else LockFileClaims(Path(f"{self._db.path}-claims"))
         )
 
     @classmethod
@@ -235,17 +245,33 @@ class SqliteCheckpointer(Checkpointer):
         checkpoint["channel_values"] = {
             channel: loads(self.serde, kind, data) for channel, kind, data in value_rows
         }
-        write_rows.sort(key=lambda w: writes_sort_key(w[5], w[0], w[6]))
         return CheckpointTuple(
             config=checkpoint_config(thread_id, ns, checkpoint_id),
             checkpoint=checkpoint,
             metadata=json.loads(metadata),
             parent_config=checkpoint_config(thread_id, ns, parent_id) if parent_id else None,
             pending_writes=[
-                (task_id, channel, decode(self.serde, t, c, v))
-                for task_id, channel, t, c, v, _, _ in write_rows
+                (w.task_id, w.channel, w.value) for w in self._decode_writes(write_rows)
             ],
         )
+
+    def _decode_writes(self, rows: Rows) -> TaskWrites:
+        rows.sort(key=lambda w: writes_sort_key(w[5], w[0], w[6]))
+        return [
+            TaskWrite(task_id, path, channel, decode(self.serde, t, c, v))
+            for task_id, channel, t, c, v, path, _ in rows
+        ]
+
+    def get_writes(self, config: RunnableConfig) -> TaskWrites:
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("get_writes needs a checkpoint_id in the config")
+        with self._db.transaction(write=False) as conn:
+            rows = conn.execute(SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
+        return self._decode_writes(rows)
+
+    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        return self._claims.claim(check_id(thread_id, "thread_id"))
 
     # -- writing -----------------------------------------------------------------------
 
