@@ -1028,3 +1028,49 @@ def test_a_fork_while_another_thread_holds_a_lock_does_not_keep_it_held(root: Pa
             os.waitpid(pid, 0)
         for fd in (out, other_out, child_go, child_release):
             os.close(fd)
+
+
+def test_a_task_s_writes_are_stored_while_a_checkpoint_is_but_not_during_a_delete(
+    root: Path,
+) -> None:
+    import threading
+
+    taken, release = threading.Event(), threading.Event()
+    with FileCheckpointer(root, lock_timeout=0.2) as saver:
+        config = put(saver, "t")
+
+        def hold(lock: Callable[[str], Any]) -> None:
+            with lock("t"):
+                taken.set()
+                release.wait()
+
+        for lock, blocks in ((saver._store.checkpoints_lock, False), (saver._store.lock, True)):
+            taken.clear()
+            release.clear()
+            holder = threading.Thread(target=hold, args=(lock,))
+            holder.start()
+            try:
+                taken.wait()
+                if blocks:  # deleting and copying hold the writes lock too
+                    with pytest.raises(StorageError, match="@writes"):
+                        saver.put_writes(config, [("log", "late")], "task-b")
+                else:  # a put in progress does not delay the writes of a task
+                    saver.put_writes(config, [("log", "early")], "task-a")
+            finally:
+                release.set()
+                holder.join()
+        assert writes_of(saver.get_tuple(config)) == [("task-a", "log", "early")]
+
+
+def test_claims_live_beside_the_threads_and_verify_ignores_them(saver: Any, root: Path) -> None:
+    put(saver, "claims")  # a thread named like the folder is still a thread
+    with saver.claim_thread("claims"), saver.claim_thread("t"):
+        assert len(list((root / "claims").iterdir())) == 2
+        put(saver, "t")  # a claim is advisory: writes never wait for it
+        assert saver.verify() == []
+        assert sorted(t.config["configurable"]["thread_id"] for t in saver.list(None)) == [
+            "claims",
+            "t",
+        ]
+    assert list((root / "claims").iterdir()) == []
+    assert sorted(p.name for p in (root / "threads").iterdir()) == ["claims", "t"]

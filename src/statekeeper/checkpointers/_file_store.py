@@ -7,9 +7,11 @@
         checkpoints                           from _file_layout.file_name; the files in
         values/<channel>@<version>            it are described in _file_namespace
         writes/<checkpoint id>
-    <root>/locks/<thread>                     flock targets, one per thread
+    <root>/locks/<thread>                     flock targets: the thread's checkpoints,
+    <root>/locks/<thread>@writes              and its pending writes
     <root>/quarantine/                        damaged files moved aside by verify()
     <root>/trash/                             threads being deleted or copied
+    <root>/claims/                            run claims (claim_thread), by hashed thread id
 
 Value and writes files are written once through a temporary file and a rename and never
 modified in place, so a copied thread shares them through hard links; the ``checkpoints``
@@ -43,11 +45,28 @@ from statekeeper.checkpointers._file_values import intact_value, value_bases, wa
 from statekeeper.checkpointers._lineage import keep_latest_ids, unused_values
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, SchemaVersionError
 
-__all__ = ["FORMAT_FILE", "Store", "trash_lock", "trash_name"]
+__all__ = [
+    "CLAIMS_DIR",
+    "FORMAT_FILE",
+    "WRITES_LOCK",
+    "Store",
+    "thread_locks",
+    "trash_lock",
+    "trash_name",
+]
 
 FORMAT_FILE = "statekeeper.json"
+# Beside threads/, never inside it: no thread, namespace or lock name can be this folder.
+CLAIMS_DIR = "claims"
+# The suffix of a thread's second lock: "@" never occurs in a file_name, so it names no thread.
+WRITES_LOCK = "@writes"
 _FORMAT = {"format": "statekeeper-file", "version": 1}
 log = logging.getLogger("statekeeper.checkpointers.file")
+
+
+def thread_locks(name: str) -> tuple[str, str]:
+    """Both lock names of the thread folder ``name``, in the order they are taken."""
+    return name, name + WRITES_LOCK
 
 
 def trash_name(kind: str, lock: str) -> str:
@@ -129,8 +148,18 @@ class Store:
     # -- naming and discovery ----------------------------------------------------------
 
     def lock(self, *thread_ids: str) -> contextlib.AbstractContextManager[None]:
-        """Hold the write locks of these threads (taken in a fixed order)."""
-        return self.locks.hold(*(file_name(t) for t in thread_ids))
+        """Hold both write locks of these threads (taken in a fixed order): what deleting,
+        copying or rewriting anything of a thread needs."""
+        return self.locks.hold(*(name for t in thread_ids for name in thread_locks(file_name(t))))
+
+    def checkpoints_lock(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the lock of a thread's ``checkpoints`` and ``values/`` files (``put``)."""
+        return self.locks.hold(file_name(thread_id))
+
+    def writes_lock(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the lock of a thread's ``writes/`` files (``put_writes``), so that a task's
+        writes are stored while the next checkpoint is."""
+        return self.locks.hold(file_name(thread_id) + WRITES_LOCK)
 
     def thread_dir(self, thread_id: str) -> Path:
         return self.threads / file_name(thread_id)

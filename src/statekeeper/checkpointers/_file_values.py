@@ -175,6 +175,7 @@ def write_values(n: Namespace, plans: Plans, recent: RecentPayloads) -> dict[str
     if its base changed since it was planned (another process rewrote or deleted it),
     the full copy's, which is then stored instead."""
     remember: dict[str, Remembered] = {}
+    wrote = False
     for channel, (version, plan) in plans.items():
         path = n.value_path(channel, version)
         value = plan.stored
@@ -196,9 +197,11 @@ def write_values(n: Namespace, plans: Plans, recent: RecentPayloads) -> dict[str
         if value.base is not None:
             meta["base"] = json.loads(value.base)
         n.write(path, meta, [value.data])
+        wrote = True
         if (remembered := plan.remember_fallback if fallback else plan.remember) is not None:
             remember[channel] = remembered
-    n.sync(n.values_dir)
+    if wrote:  # one flush of values/ for every name this put created
+        n.sync(n.values_dir)
     return remember
 
 

@@ -48,7 +48,7 @@ from statekeeper.checkpointers._file_namespace import (
     read_record,
     record_names,
 )
-from statekeeper.checkpointers._file_store import Store, trash_lock
+from statekeeper.checkpointers._file_store import Store, thread_locks, trash_lock
 
 __all__ = ["CorruptFile", "verify"]
 
@@ -71,7 +71,7 @@ def verify(store: Store, *, quarantine: bool) -> list[CorruptFile]:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
     found: list[CorruptFile] = []
     for thread_name in names_in(store.threads):
-        with store.locks.hold(thread_name):  # the lock name is the folder name
+        with store.locks.hold(*thread_locks(thread_name)):  # named after the folder
             for ns_name in names_in(store.threads / thread_name):
                 ns_dir = store.threads / thread_name / ns_name
                 n = _namespace(store, ns_dir)

@@ -17,7 +17,9 @@ Guarantees:
   returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists damage and
   can move it into ``quarantine/``; nothing damaged is ever deleted.
 * Concurrency: writers of one thread queue on that thread's ``fcntl.flock`` (POSIX only),
-  in this process and others; readers take no lock and see only committed checkpoints.
+  in this process and others — ``put`` on one lock, ``put_writes`` on another, so a task's
+  writes are stored while the next checkpoint is; readers take no lock and see only
+  committed checkpoints.
 * Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
   ``checkpoints`` file, so they cost the same for ten checkpoints or ten thousand.
 """
@@ -25,6 +27,7 @@ Guarantees:
 from __future__ import annotations
 
 import base64
+import contextlib
 import heapq
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -44,7 +47,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._urls import parse_options
-from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.checkpointers._base import Checkpointer, TaskWrite
+from statekeeper.checkpointers._claims import LockFileClaims
 from statekeeper.checkpointers._common import (
     before_id,
     checkpoint_config,
@@ -65,7 +69,7 @@ from statekeeper.checkpointers._file_namespace import (
     reporting,
     short,
 )
-from statekeeper.checkpointers._file_store import Store
+from statekeeper.checkpointers._file_store import CLAIMS_DIR, Store
 from statekeeper.checkpointers._file_values import (
     Memo,
     check_versions,
@@ -97,6 +101,7 @@ _OPTIONS: dict[str, type] = {
 log = logging.getLogger(__name__)
 CorruptFiles = list[CorruptFile]
 Writes = list[PendingWrite]
+TaskWrites = list[TaskWrite]
 
 
 class FileCheckpointer(Checkpointer):
@@ -149,6 +154,7 @@ class FileCheckpointer(Checkpointer):
         self._closed = False
         # the last list written per (thread, namespace, channel): what a delta builds on
         self._recent = RecentPayloads()
+        self._claims = LockFileClaims(root / CLAIMS_DIR)
 
     @classmethod
     def from_url_options(
@@ -276,15 +282,36 @@ class FileCheckpointer(Checkpointer):
             checkpoint=checkpoint,
             metadata=record["metadata"],
             parent_config=checkpoint_config(n.thread_id, n.ns, parent) if parent else None,
-            pending_writes=self._decode_writes(n.write_rows(entry.checkpoint_id)),
+            pending_writes=self._pending_writes(n.write_rows(entry.checkpoint_id)),
         )
 
-    def _decode_writes(self, rows: Sequence[WriteRow], channel: str | None = None) -> Writes:
+    def _task_writes(self, rows: Sequence[WriteRow], channel: str | None = None) -> TaskWrites:
+        """Stored write rows (in ``writes_sort_key`` order) decoded in that order."""
         return [
-            (task_id, ch, decode(self.serde, type_, codec, blob))
-            for task_id, _, ch, _, type_, codec, blob in rows
+            TaskWrite(task_id, task_path, ch, decode(self.serde, type_, codec, blob))
+            for task_id, _, ch, task_path, type_, codec, blob in rows
             if channel is None or ch == channel
         ]
+
+    def _pending_writes(self, rows: Sequence[WriteRow], channel: str | None = None) -> Writes:
+        return [(w.task_id, w.channel, w.value) for w in self._task_writes(rows, channel)]
+
+    def get_writes(self, config: RunnableConfig) -> TaskWrites:
+        """See :meth:`Checkpointer.get_writes`: the writes ``get_tuple`` returns, with their
+        ``task_path``. ConfigurationError without a ``checkpoint_id``; a damaged writes
+        file raises CorruptCheckpointError."""
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("get_writes needs a checkpoint_id in the config")
+        n = self._open_store().namespace(thread_id, ns)
+        with reporting(n, checkpoint_id):
+            return self._task_writes(n.write_rows(checkpoint_id))
+
+    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """Claim ``thread_id`` for one run (see :meth:`Checkpointer.claim_thread`): a
+        lock file in ``claims/`` under the directory, shared by every process using it."""
+        self._open_store()
+        return self._claims.claim(check_id(thread_id, "thread_id"))
 
     # -- writing -----------------------------------------------------------------------
 
@@ -316,7 +343,7 @@ class FileCheckpointer(Checkpointer):
         run_id = stored_metadata.get("run_id")
         store = self._open_store()
         n = store.namespace(thread_id, ns)
-        with store.lock(thread_id):
+        with store.checkpoints_lock(thread_id):
             store.ensure(n)
             remember = write_values(n, plans, self._recent)
             stored = stored_channels(n, versions, plans)
@@ -348,7 +375,8 @@ class FileCheckpointer(Checkpointer):
         """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
         a regular write already stored for (task, index) is kept; the special channels
         (``__error__``, ``__interrupt__``, ...) are replaced by the newest write. A
-        damaged writes file is never overwritten: CorruptCheckpointError."""
+        damaged writes file is never overwritten: CorruptCheckpointError. Runs under the
+        thread's writes lock, not the lock ``put`` holds."""
         thread_id, ns, checkpoint_id = location(config)
         if checkpoint_id is None:
             raise ConfigurationError("put_writes needs a config with a checkpoint_id")
@@ -366,10 +394,15 @@ class FileCheckpointer(Checkpointer):
         ]
         store = self._open_store()
         n = store.namespace(thread_id, ns)
-        with store.lock(thread_id):
-            store.ensure(n)
-            with reporting(n, checkpoint_id):
-                n.merge_writes(checkpoint_id, rows)
+        while True:
+            if not n.index.exists():  # the folders are created under the checkpoints lock
+                with store.checkpoints_lock(thread_id):
+                    store.ensure(n)
+            with store.writes_lock(thread_id):
+                if n.index.exists():  # else the thread was deleted meanwhile: create it again
+                    with reporting(n, checkpoint_id):
+                        n.merge_writes(checkpoint_id, rows)
+                    return
 
     # -- thread maintenance ------------------------------------------------------------
 
@@ -445,7 +478,7 @@ class FileCheckpointer(Checkpointer):
                     rows[ancestor] = n.write_rows(ancestor)
 
         def writes_of(ancestor: str, ch: str) -> Writes:
-            return self._decode_writes(rows[ancestor], ch)
+            return self._pending_writes(rows[ancestor], ch)
 
         decoded = {ch: decode(self.serde, *payload) for ch, payload in seeds.items()}
         return assemble_history(channels, chains, decoded, writes_of)
