@@ -1,6 +1,7 @@
 # The two commands that are the contract with users and CI:
 #   make test   install what is needed, then lint, type-check and run the whole suite
-#   make demo   run the main example on the embedded default (SQLite; no network, no API key)
+#   make demo   run the main job on the embedded default (SQLite; no network, no API key):
+#               start the example agent, kill it, resume it from the CLI, approve, move it
 
 PYTHON ?= python3
 VENV   := .venv
@@ -32,7 +33,7 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 demo: $(STAMP)
-	$(BIN)/python examples/resume_after_crash.py
+	$(BIN)/statekeeper demo
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/chat_workload.py

@@ -6,9 +6,9 @@ cleanup, no ``finally``, like a crash or ``kill -9``) right after the research s
 This process then opens the same file, shows what was saved, and resumes the run from
 where it stopped, knowing nothing but its thread id. Steps already done are not re-run.
 
-    make demo        # or: .venv/bin/python examples/resume_after_crash.py
+    .venv/bin/python examples/resume_after_crash.py
 
-Deterministic, offline, no API key. The database is .statekeeper/demo.db (recreated each
+Deterministic, offline, no API key. The database is .statekeeper/report.db (recreated each
 run) under the current directory.
 """
 
@@ -27,7 +27,7 @@ from langgraph.graph import END, START, StateGraph
 
 from statekeeper.checkpointers import open_checkpointer
 
-DB_FILE = Path(".statekeeper/demo.db")
+DB_FILE = Path(".statekeeper/report.db")
 DB_URL = f"sqlite:///{DB_FILE}"
 THREAD_ID = "report-42"
 STEPS = ["plan", "research", "write", "review"]
@@ -138,7 +138,7 @@ def main() -> int:
         child(args.crash_after)
         return 0
 
-    for path in DB_FILE.parent.glob(DB_FILE.name + "*"):  # demo.db, -wal, -shm: start fresh
+    for path in DB_FILE.parent.glob(DB_FILE.name + "*"):  # report.db, -wal, -shm: start fresh
         path.unlink()
     say(f"Checkpoints go to {DB_URL}, thread id {THREAD_ID!r}.")
     say("")

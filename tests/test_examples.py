@@ -18,6 +18,10 @@ EXAMPLES = sorted(EXAMPLES_DIR.glob("*.py"))
 
 # Lines (stripped) that must appear in an example's stdout, in this order.
 EXPECTED_LINES: dict[str, list[str]] = {
+    "approval_agent.py": [
+        "The agent asks: Send this reply?",
+        "A human said yes: (reply sent)",
+    ],
     "resume_after_crash.py": [
         "1. A child process starts the run. It will crash after 'research'.",
         "child> plan: done",
@@ -60,7 +64,7 @@ def assert_lines_in_order(stdout: str, expected: list[str]) -> None:
 
 def test_examples_exist() -> None:
     assert EXAMPLES, f"no examples found in {EXAMPLES_DIR}"
-    assert "resume_after_crash.py" in [e.name for e in EXAMPLES]  # the `make demo` script
+    assert "approval_agent.py" in [e.name for e in EXAMPLES]  # the agent `make demo` runs
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
@@ -73,12 +77,12 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
 
 
 def test_resume_after_crash_starts_fresh_each_run(tmp_path: Path) -> None:
-    """``make demo`` twice in a row tells the same story: the database is recreated."""
+    """Twice in a row, the example tells the same story: the database is recreated."""
     script = EXAMPLES_DIR / "resume_after_crash.py"
     first = run_example(script, tmp_path)
     second = run_example(script, tmp_path)
     assert first.returncode == second.returncode == 0, second.stdout + second.stderr
-    assert (tmp_path / ".statekeeper" / "demo.db").is_file()
+    assert (tmp_path / ".statekeeper" / "report.db").is_file()
     assert second.stdout == first.stdout
     # Resuming did not re-run the steps finished before the crash.
     after_resume = second.stdout.split("3. Resume:")[1]

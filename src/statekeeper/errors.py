@@ -8,10 +8,15 @@ the file system) are wrapped with ``raise ... from exc``: the original is kept a
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "AnswerRequiredError",
     "ConfigurationError",
     "CorruptCheckpointError",
+    "GraphLoadError",
     "InvalidIdError",
+    "NoPendingInterruptError",
     "NothingToResumeError",
     "SchemaVersionError",
     "SerializationError",
@@ -127,6 +132,46 @@ class StateValidationError(StatekeeperError, ValueError):
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
         self.field = field
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
+
+
+class GraphLoadError(ConfigurationError):
+    """A graph reference cannot be loaded. ``ref`` is the reference as given; ``reason``
+    says which step failed: ``"ref"`` (malformed), ``"module"`` (no such module),
+    ``"import"`` (importing the module raised: the error is ``__cause__``),
+    ``"attribute"`` (no such attribute), ``"type"`` (not a graph) or ``"compile"``
+    (compiling the builder raised)."""
+
+    def __init__(self, message: str, *, ref: str, reason: str) -> None:
+        super().__init__(message)
+        self.ref = ref
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
+
+
+class AnswerRequiredError(StatekeeperError, ValueError):
+    """A resume without an answer was asked of a thread waiting at an ``interrupt()``.
+    ``thread_id`` names it; ``interrupts`` are the questions waiting for an answer."""
+
+    def __init__(self, message: str, *, thread_id: str, interrupts: tuple[Any, ...]):
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.interrupts = interrupts
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
+
+
+class NoPendingInterruptError(StatekeeperError, ValueError):
+    """An answer was given to a thread with no ``interrupt()`` waiting for one."""
+
+    def __init__(self, message: str, *, thread_id: str) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self),), self.__dict__)

@@ -118,7 +118,9 @@ class SqliteCheckpointer(Checkpointer):
         )
         # claims live beside the database file: SQLite's storage is this machine's
         self._claims = (
-            ProcessClaims() if path == MEMORY else LockFileClaims(Path(f"{self._db.path}-claims"))
+            ProcessClaims()
+            if path == MEMORY
+            else LockFileClaims(Path(f"{self._db.path}-claims").absolute())
         )
 
     @classmethod

@@ -1,0 +1,41 @@
+"""Typed, versioned graph state and a runner that resumes threads by id.
+
+>>> from statekeeper.checkpointers import open_checkpointer
+>>> from statekeeper.graphs import Runner
+>>> with open_checkpointer("sqlite:///.statekeeper/state.db") as saver:  # doctest: +SKIP
+...     runner = Runner(saver)
+...     result = runner.run("myapp.agents:graph", {"question": "..."})
+...     if result.interrupts:
+...         result = runner.resume(result.thread_id, answer="yes")
+
+See ``docs/graphs.md`` for the guarantees: what is recorded in checkpoint metadata, how
+migrations are written, and what resume and fork do.
+"""
+
+from __future__ import annotations
+
+from statekeeper.errors import (
+    AnswerRequiredError,
+    GraphLoadError,
+    NoPendingInterruptError,
+    StateValidationError,
+)
+from statekeeper.graphs.loading import load_graph
+from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
+from statekeeper.graphs.runner import NO_ANSWER, Runner
+from statekeeper.graphs.state import Migration, VersionedState
+
+__all__ = [
+    "NO_ANSWER",
+    "AnswerRequiredError",
+    "ForkResult",
+    "GraphLoadError",
+    "Migration",
+    "MigrationResult",
+    "NoPendingInterruptError",
+    "RunResult",
+    "Runner",
+    "StateValidationError",
+    "VersionedState",
+    "load_graph",
+]

@@ -1,0 +1,390 @@
+"""``Runner``: start, resume, fork and migrate threads of graphs named by reference.
+
+A run records the graph's reference and its state schema version in the metadata of every
+checkpoint it writes, so a thread can be resumed, forked or migrated knowing only its id.
+Every operation that writes holds the thread's claim (``Checkpointer.claim_thread``) for
+its whole duration, so two runners never advance one thread at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
+from langgraph.pregel import Pregel
+from langgraph.types import Command, Interrupt
+from pydantic import BaseModel
+
+from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.errors import (
+    AnswerRequiredError,
+    ConfigurationError,
+    NoPendingInterruptError,
+    NothingToResumeError,
+    StateValidationError,
+    ThreadExistsError,
+    ThreadNotFoundError,
+)
+from statekeeper.graphs._checkpoints import (
+    FORKED_FROM_KEY,
+    FORKED_FROM_THREAD_KEY,
+    GRAPH_KEY,
+    MIGRATED_FROM_KEY,
+    VERSION_KEY,
+    copy_history,
+    metadata_reader,
+    stored_values,
+    thread_config,
+    waiting_interrupts,
+    write_child,
+    write_migrated,
+)
+from statekeeper.graphs.loading import load_graph, state_saver, state_schema
+from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
+from statekeeper.graphs.state import VersionedState, validate
+
+__all__ = ["NO_ANSWER", "AnswerRequiredError", "NoPendingInterruptError", "Runner"]
+
+
+class _NoAnswer:
+    def __repr__(self) -> str:
+        return "NO_ANSWER"
+
+
+NO_ANSWER: Final[Any] = _NoAnswer()
+"""The default of ``Runner.resume(answer=...)``: no answer (``None`` is an answer)."""
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """A checkpoint loaded for a graph and its validated state. When the state was
+    migrated, ``migration`` holds what recording it needs: the stored version, the
+    current one, and the migrated values."""
+
+    saved: CheckpointTuple
+    state: BaseModel | dict[str, Any]
+    migration: tuple[int, int, dict[str, Any]] | None = None
+
+
+class Runner:
+    """Runs graphs named ``"package.module:attr"`` on ``checkpointer``.
+
+    ``unrecorded_version`` is the schema version assumed for checkpoints whose metadata
+    records none: those written outside a runner (by ``graph.invoke`` directly).
+
+    State is validated whenever it is loaded: when the graph's state schema is a
+    :class:`VersionedState`, state stored under an older version is migrated first (on
+    :meth:`resume`, :meth:`migrate` and :meth:`fork` the migration is recorded as a new
+    checkpoint; the old ones are kept); any other pydantic schema is validated as is;
+    other schemas (``TypedDict``...) are not validated.
+    """
+
+    def __init__(self, checkpointer: Checkpointer, *, unrecorded_version: int = 1) -> None:
+        self._saver = checkpointer
+        self._unrecorded_version = unrecorded_version
+
+    # -- running ------------------------------------------------------------------------
+
+    def run(self, graph_ref: str, input: Any, *, thread_id: str | None = None) -> RunResult:
+        """Start a new thread (``thread_id``, or a new UUID) running ``graph_ref`` on
+        ``input``, until it finishes or is interrupted.
+
+        Raises:
+            ThreadExistsError: the thread already has checkpoints; nothing was run.
+            ThreadBusyError: another run holds the thread.
+            GraphLoadError: the graph cannot be loaded.
+            Exception: whatever a node raised; the thread keeps the checkpoints of the
+                super-steps that completed, and :meth:`resume` continues from there.
+        """
+        thread_id = thread_id if thread_id is not None else str(uuid.uuid4())
+        with self._saver.claim_thread(thread_id):
+            graph = load_graph(graph_ref, self._saver)
+            if state_saver(graph).get_tuple(thread_config(thread_id)) is not None:
+                raise ThreadExistsError(
+                    f"thread {thread_id!r} already has checkpoints; resume it, fork it, or "
+                    "run in a new thread"
+                )
+            return self._invoke(graph, graph_ref, thread_id, input)
+
+    def resume(
+        self, thread_id: str, *, answer: Any = NO_ANSWER, graph_ref: str | None = None
+    ) -> RunResult:
+        """Continue ``thread_id`` from its latest checkpoint: after a crash, a kill or an
+        exception in a node, from the last completed super-step (nodes that completed are
+        not run again); at a pending ``interrupt()``, with ``answer`` as its return value
+        (several pending interrupts are answered with ``{interrupt_id: value}``).
+
+        The graph is the one the thread's checkpoints name unless ``graph_ref`` is given.
+        State stored under an older schema version is migrated first, and the migration
+        is recorded as a new checkpoint before anything else is decided (so it stays even
+        when the resume is then refused). The super-step a migration interrupted runs
+        again from its start: its pending ``interrupt()`` is asked again, and ``answer``
+        answers it.
+
+        Raises:
+            ThreadNotFoundError: the thread has no checkpoints.
+            NothingToResumeError: the thread's run has finished.
+            AnswerRequiredError: an ``interrupt()`` is waiting and no ``answer`` was given.
+            NoPendingInterruptError: ``answer`` was given but no ``interrupt()`` waits.
+            StateValidationError: the stored state is invalid or cannot be migrated;
+                nothing was written or run.
+            ThreadBusyError: another run holds the thread.
+            ConfigurationError: no graph is known for the thread (pass ``graph_ref``), or
+                it cannot be loaded (``GraphLoadError``).
+        """
+        with self._saver.claim_thread(thread_id):
+            graph, ref = self._graph_for(thread_id, None, graph_ref)
+            # The graph reads only current state: LangGraph builds the next tasks' input
+            # from it, even just to say which tasks are next.
+            saved = self._record(graph, ref, self._load(graph, thread_id, None))
+            snapshot = graph.get_state(thread_config(thread_id))
+            if not snapshot.next:
+                raise NothingToResumeError(
+                    f"thread {thread_id!r} has finished: no task is left to run; fork it "
+                    "from an earlier checkpoint to run part of it again"
+                )
+            waiting = _waiting_interrupts(state_saver(graph), saved, snapshot.interrupts)
+            if answer is NO_ANSWER:
+                if waiting:
+                    raise AnswerRequiredError(
+                        f"thread {thread_id!r} is waiting for an answer to "
+                        f"{_describe(waiting)}; resume it with an answer",
+                        thread_id=thread_id,
+                        interrupts=waiting,
+                    )
+                return self._invoke(graph, ref, thread_id, None)
+            if not waiting:
+                raise NoPendingInterruptError(
+                    f"thread {thread_id!r} is not waiting at an interrupt(), so there is "
+                    f"nothing to answer; resume it without an answer to run "
+                    f"{', '.join(snapshot.next)}",
+                    thread_id=thread_id,
+                )
+            return self._invoke(graph, ref, thread_id, Command(resume=answer))
+
+    def fork(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        to_thread: str | None = None,
+        graph_ref: str | None = None,
+    ) -> ForkResult:
+        """Branch from ``checkpoint_id`` of ``thread_id`` (time travel): a copy of it
+        becomes the latest checkpoint of ``to_thread`` (default: the same thread, where
+        the later checkpoints are kept as history). Nothing runs: :meth:`resume` then
+        runs the super-step after that checkpoint again, asking its ``interrupt()`` again.
+
+        Into another thread, the checkpoint's history (root graph only) is copied first,
+        with the same checkpoint ids, so it can be inspected and forked there too. When
+        the checkpoint's state is under an older schema version, the copy holds it
+        migrated (its metadata records both, as for a migration).
+
+        Raises:
+            ThreadNotFoundError: the checkpoint does not exist.
+            ThreadExistsError: ``to_thread`` is another thread that has checkpoints.
+            StateValidationError: the checkpoint's state is invalid; nothing was written.
+            ThreadBusyError: another run holds the target thread.
+            ConfigurationError: no graph is known for the thread, or it cannot be loaded.
+        """
+        target = to_thread if to_thread is not None else thread_id
+        with self._saver.claim_thread(target):
+            graph, ref = self._graph_for(thread_id, checkpoint_id, graph_ref)
+            loaded = self._load(graph, thread_id, checkpoint_id)
+            source = loaded.saved
+            saver = cast(Checkpointer, state_saver(graph))  # a copy of self._saver
+            metadata: dict[str, Any] = {
+                "source": "fork",
+                FORKED_FROM_KEY: checkpoint_id,
+                GRAPH_KEY: ref,
+            }
+            values: dict[str, Any] | None = None
+            stored: dict[str, Any] = dict(source.metadata)
+            if loaded.migration is not None:
+                from_version, metadata[VERSION_KEY], values = loaded.migration
+                metadata[MIGRATED_FROM_KEY] = from_version
+            elif VERSION_KEY in stored:
+                metadata[VERSION_KEY] = stored[VERSION_KEY]
+            if target == thread_id:
+                config = write_child(
+                    saver, source, config=source.config, metadata=metadata, values=values
+                )
+            else:
+                metadata[FORKED_FROM_THREAD_KEY] = thread_id
+                config = self._fork_elsewhere(saver, source, target, metadata, values)
+            snapshot = graph.get_state(thread_config(target))
+            return ForkResult(
+                thread_id=target,
+                checkpoint_id=config["configurable"]["checkpoint_id"],
+                source_thread_id=thread_id,
+                source_checkpoint_id=checkpoint_id,
+                next=snapshot.next,
+            )
+
+    def _fork_elsewhere(
+        self,
+        saver: Checkpointer,
+        source: CheckpointTuple,
+        target: str,
+        metadata: dict[str, Any],
+        values: dict[str, Any] | None,
+    ) -> RunnableConfig:
+        if saver.get_tuple(thread_config(target)) is not None:
+            raise ThreadExistsError(
+                f"cannot fork into thread {target!r}: it already has checkpoints"
+            )
+        try:
+            copied = copy_history(saver, source, target)
+            return write_child(saver, source, config=copied, metadata=metadata, values=values)
+        except BaseException:
+            # The target was empty and is claimed: what is there is this fork's partial copy.
+            saver.delete_thread(target)
+            raise
+
+    def migrate(self, thread_id: str, *, graph_ref: str | None = None) -> MigrationResult | None:
+        """Migrate the latest checkpoint of ``thread_id`` to the graph's schema version
+        without running anything; ``None`` when it is already current.
+
+        Raises:
+            ThreadNotFoundError, StateValidationError, ThreadBusyError,
+            ConfigurationError: as for :meth:`resume`; nothing was written.
+        """
+        with self._saver.claim_thread(thread_id):
+            graph, ref = self._graph_for(thread_id, None, graph_ref)
+            loaded = self._load(graph, thread_id, None)
+            if loaded.migration is None:
+                return None
+            saved = self._record(graph, ref, loaded)
+            from_version, to_version, _ = loaded.migration
+            return MigrationResult(thread_id, from_version, to_version, saved.checkpoint["id"])
+
+    def state(
+        self, thread_id: str, checkpoint_id: str | None = None, *, graph_ref: str | None = None
+    ) -> BaseModel | dict[str, Any]:
+        """The validated state at ``checkpoint_id`` (default: the latest) of
+        ``thread_id``: an instance of the graph's state schema when it is a pydantic
+        model (migrated to the current version in memory; nothing is written), else the
+        stored values as a dict.
+
+        Raises:
+            ThreadNotFoundError: the thread or checkpoint does not exist.
+            StateValidationError: the state is invalid or cannot be migrated.
+            ConfigurationError: no graph is known for the thread, or it cannot be loaded.
+        """
+        graph, _ = self._graph_for(thread_id, checkpoint_id, graph_ref)
+        return self._load(graph, thread_id, checkpoint_id).state
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _graph_for(
+        self, thread_id: str, checkpoint_id: str | None, graph_ref: str | None
+    ) -> tuple[Pregel[Any], str]:
+        """The graph to load the thread with: ``graph_ref``, else the one its checkpoint
+        names (read without decoding its values: the graph's types are not imported yet)."""
+        saved = self._get(metadata_reader(self._saver), thread_id, checkpoint_id)
+        ref = graph_ref if graph_ref is not None else saved.metadata.get(GRAPH_KEY)
+        if not isinstance(ref, str):
+            raise ConfigurationError(
+                f"thread {thread_id!r} was not started by a statekeeper runner: its "
+                "checkpoints do not name their graph; pass the graph reference "
+                "('package.module:attr')"
+            )
+        return load_graph(ref, self._saver), ref
+
+    def _get(
+        self, saver: BaseCheckpointSaver[Any], thread_id: str, checkpoint_id: str | None
+    ) -> CheckpointTuple:
+        saved = saver.get_tuple(thread_config(thread_id, checkpoint_id))
+        if saved is None:
+            where = f"checkpoint {checkpoint_id!r} of " if checkpoint_id else ""
+            raise ThreadNotFoundError(
+                f"{where}thread {thread_id!r} does not exist in {self._saver!r}"
+            )
+        return saved
+
+    def _load(self, graph: Pregel[Any], thread_id: str, checkpoint_id: str | None) -> _Loaded:
+        """Load a checkpoint's state, migrated in memory and validated (nothing is
+        written)."""
+        saved = self._get(state_saver(graph), thread_id, checkpoint_id)
+        schema = state_schema(graph)
+        values, _ = stored_values(saved.checkpoint)
+        cid = saved.checkpoint["id"]
+        if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+            return _Loaded(saved, values)
+        if not issubclass(schema, VersionedState):
+            return _Loaded(saved, validate(schema, values, thread_id=thread_id, checkpoint_id=cid))
+        version = saved.metadata.get(VERSION_KEY, self._unrecorded_version)
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise StateValidationError(
+                f"checkpoint {cid!r} of thread {thread_id!r} records schema version "
+                f"{version!r}, not an int",
+                thread_id=thread_id,
+                checkpoint_id=cid,
+            )
+        state, migrated = schema.load(values, version, thread_id=thread_id, checkpoint_id=cid)
+        if version == schema.schema_version:
+            return _Loaded(saved, state)
+        return _Loaded(saved, state, (version, schema.schema_version, migrated))
+
+    def _record(self, graph: Pregel[Any], ref: str, loaded: _Loaded) -> CheckpointTuple:
+        """Record ``loaded``'s migration as a new checkpoint (child of the loaded one)
+        and return it; without a migration, the loaded checkpoint."""
+        if loaded.migration is None:
+            return loaded.saved
+        from_version, to_version, values = loaded.migration
+        saver = state_saver(graph)
+        config = write_migrated(
+            saver,
+            loaded.saved,
+            values,
+            graph_ref=ref,
+            from_version=from_version,
+            to_version=to_version,
+        )
+        thread_id = config["configurable"]["thread_id"]
+        return self._get(saver, thread_id, config["configurable"]["checkpoint_id"])
+
+    def _invoke(
+        self,
+        graph: Pregel[Any],
+        ref: str,
+        thread_id: str,
+        input: Any,
+    ) -> RunResult:
+        schema = state_schema(graph)
+        metadata: dict[str, Any] = {GRAPH_KEY: ref}
+        if isinstance(schema, type) and issubclass(schema, VersionedState):
+            metadata[VERSION_KEY] = schema.schema_version
+        config: RunnableConfig = {**thread_config(thread_id), "metadata": metadata}
+        # "sync": each checkpoint is stored before the next super-step starts, so a
+        # process killed mid-step loses only that step.
+        graph.invoke(input, config, durability="sync")
+        snapshot = graph.get_state(thread_config(thread_id))
+        return RunResult(
+            thread_id=thread_id,
+            status="interrupted" if snapshot.next else "done",
+            interrupts=snapshot.interrupts,
+            values=dict(snapshot.values),
+            checkpoint_id=snapshot.config["configurable"]["checkpoint_id"],
+            next=snapshot.next,
+        )
+
+
+def _describe(interrupts: tuple[Interrupt, ...]) -> str:
+    return ", ".join(f"interrupt {i.id} ({i.value!r})" for i in interrupts)
+
+
+def _waiting_interrupts(
+    saver: BaseCheckpointSaver[Any], saved: CheckpointTuple, pending: tuple[Interrupt, ...]
+) -> tuple[Interrupt, ...]:
+    """The interrupts waiting for an answer at ``saved``, whose own are ``pending``. A
+    migration checkpoint has no pending writes: those waiting are the ones its parent's
+    unfinished tasks raised (read from the writes, since the parent's values are not the
+    graph's schema), asked again when the super-step re-runs."""
+    if pending or MIGRATED_FROM_KEY not in saved.metadata or saved.parent_config is None:
+        return pending
+    parent = saver.get_tuple(saved.parent_config)
+    return waiting_interrupts(parent.pending_writes or []) if parent else ()

@@ -1,0 +1,157 @@
+"""What a thread looks like in storage, read from its checkpoints alone.
+
+These functions need no graph: they read what LangGraph stored (channel versions, the
+versions each node has seen, pending writes) and work on any ``BaseCheckpointSaver``, ours
+or LangGraph's. That is what lets ``statekeeper threads``, ``history``, ``show`` and
+``diff`` describe a thread whose graph cannot be imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
+
+__all__ = [
+    "Change",
+    "ThreadSummary",
+    "diff_values",
+    "list_threads",
+    "pending_nodes",
+    "summaries",
+    "summarize",
+]
+
+Status = Literal["done", "interrupted", "failed", "pending"]
+
+_BRANCH = "branch:to:"  # LangGraph triggers a StateGraph node by writing this channel
+_START = "__start__"
+_TASKS = "__pregel_tasks"  # Send packets waiting to run
+_INTERRUPT = "__interrupt__"
+_ERROR = "__error__"
+
+
+@dataclass(frozen=True)
+class ThreadSummary:
+    """A thread as its newest root checkpoint describes it."""
+
+    thread_id: str
+    checkpoint_id: str
+    updated: str  # the checkpoint's timestamp (ISO 8601)
+    step: int | None
+    status: Status
+    next: tuple[str, ...]  # the nodes that would run on resume
+    graph: str | None  # "package.module:attr", when run by statekeeper's runner
+    schema_version: int | None
+
+
+@dataclass(frozen=True)
+class Change:
+    """How one channel differs between two checkpoints. For ``"appended"`` (a list that
+    only grew), ``new`` holds just the appended items."""
+
+    channel: str
+    kind: Literal["added", "removed", "changed", "appended"]
+    old: Any
+    new: Any
+
+
+def list_threads(saver: BaseCheckpointSaver[Any]) -> list[str]:
+    """Every thread id in ``saver``, most recently written first."""
+    seen: dict[str, None] = {}
+    for tup in saver.list(None):
+        seen.setdefault(tup.config["configurable"]["thread_id"], None)
+    return list(seen)
+
+
+def pending_nodes(checkpoint: Checkpoint) -> tuple[str, ...]:
+    """The nodes LangGraph would run next from ``checkpoint``: those whose trigger
+    channel changed since they last ran, then the targets of pending ``Send`` packets."""
+    values = checkpoint["channel_values"]
+    seen = checkpoint["versions_seen"]
+    nodes = [
+        node
+        for channel, version in checkpoint["channel_versions"].items()
+        if (node := _triggered_node(channel))
+        # a trigger channel holds a value only until its node has consumed it
+        and channel in values
+        and _newer(version, seen.get(node, {}).get(channel))
+    ]
+    sends = values.get(_TASKS) or ()
+    nodes += [getattr(packet, "node", "?") for packet in sends]
+    return tuple(nodes)
+
+
+def summarize(tup: CheckpointTuple) -> ThreadSummary:
+    """The summary of the thread whose newest checkpoint is ``tup``."""
+    metadata = tup.metadata or {}
+    written = {channel for _, channel, _ in tup.pending_writes or ()}
+    next_nodes = pending_nodes(tup.checkpoint)
+    status: Status
+    if _INTERRUPT in written:
+        status = "interrupted"
+    elif _ERROR in written:
+        status = "failed"
+    else:
+        status = "pending" if next_nodes else "done"
+    graph = metadata.get("statekeeper_graph")
+    version = metadata.get("statekeeper_schema_version")
+    return ThreadSummary(
+        thread_id=tup.config["configurable"]["thread_id"],
+        checkpoint_id=tup.checkpoint["id"],
+        updated=tup.checkpoint["ts"],
+        step=metadata.get("step"),
+        status=status,
+        next=next_nodes,
+        graph=graph if isinstance(graph, str) else None,
+        schema_version=version if isinstance(version, int) else None,
+    )
+
+
+def summaries(
+    saver: BaseCheckpointSaver[Any], thread_ids: Iterable[str] | None = None
+) -> Iterator[ThreadSummary]:
+    """A summary per thread (all threads, most recent first, when ``thread_ids`` is None);
+    threads with no root checkpoint are left out."""
+    for thread_id in list_threads(saver) if thread_ids is None else thread_ids:
+        tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        if tup is not None:
+            yield summarize(tup)
+
+
+def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
+    """The channels that differ from ``old`` to ``new``, in channel name order."""
+    changes = []
+    for channel in sorted(old.keys() | new.keys()):
+        if channel not in new:
+            changes.append(Change(channel, "removed", old[channel], None))
+        elif channel not in old:
+            changes.append(Change(channel, "added", None, new[channel]))
+        elif old[channel] != new[channel]:
+            before, after = old[channel], new[channel]
+            if isinstance(before, list) and isinstance(after, list) and _extends(after, before):
+                changes.append(Change(channel, "appended", before, after[len(before) :]))
+            else:
+                changes.append(Change(channel, "changed", before, after))
+    return changes
+
+
+def _triggered_node(channel: str) -> str | None:
+    if channel == _START:  # the input: its own channel triggers the __start__ node
+        return _START
+    return channel[len(_BRANCH) :] if channel.startswith(_BRANCH) else None
+
+
+def _extends(longer: list[Any], prefix: list[Any]) -> bool:
+    return len(longer) > len(prefix) and longer[: len(prefix)] == prefix
+
+
+def _newer(version: Any, seen: Any) -> bool:
+    if seen is None:
+        return True
+    try:
+        return bool(version > seen)
+    except TypeError:  # versions of mixed types (a saver changed its scheme): assume new
+        return bool(version != seen)

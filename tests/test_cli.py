@@ -1,0 +1,209 @@
+"""The ``statekeeper`` command, called in-process through ``main(argv)``; the demo and
+``python -m statekeeper`` run as real child processes."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import operator
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from statekeeper.checkpointers import open_checkpointer
+from statekeeper.cli import EXIT, main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Steps(TypedDict, total=False):
+    log: Annotated[list[str], operator.add]
+    ok: Any
+
+
+def _step(name: str) -> Any:
+    return lambda state: {"log": [name]}
+
+
+def _approve(state: Steps) -> dict[str, Any]:
+    return {"ok": interrupt("ok?")}
+
+
+def build_thread(url: str, thread_id: str) -> None:
+    """One thread: a -> b -> approve (interrupted)."""
+    builder = StateGraph(Steps)
+    builder.add_node("a", _step("a"))
+    builder.add_node("b", _step("b"))
+    builder.add_node("approve", _approve)
+    builder.add_edge(START, "a")
+    builder.add_edge("a", "b")
+    builder.add_edge("b", "approve")
+    builder.add_edge("approve", END)
+    with open_checkpointer(url) as saver:
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"log": []}, {"configurable": {"thread_id": thread_id}})
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/state.db"
+    build_thread(url, "t1")
+    build_thread(url, "t2")
+    return url
+
+
+def test_threads_lists_every_thread_with_its_status(db: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "threads", "--db", db)
+    assert code == EXIT["ok"]
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["THREAD", "STATUS", "NEXT"]
+    assert [line.split()[:3] for line in lines[1:]] == [
+        ["t2", "interrupted", "approve"],
+        ["t1", "interrupted", "approve"],
+    ]
+
+
+def test_threads_json_and_db_from_environment(
+    db: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STATEKEEPER_DB", db)
+    code, out, _ = run(capsys, "threads", "--json")
+    assert code == EXIT["ok"]
+    rows = json.loads(out)
+    assert [(r["thread_id"], r["status"], r["next"]) for r in rows] == [
+        ("t2", "interrupted", ["approve"]),
+        ("t1", "interrupted", ["approve"]),
+    ]
+
+
+def test_history_newest_first_with_steps_and_next(db: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "--db", db, "--json", "history", "t1")
+    assert code == EXIT["ok"]
+    rows = json.loads(out)
+    assert [r["step"] for r in rows] == [2, 1, 0, -1]
+    assert [r["next"] for r in rows] == [["approve"], ["b"], ["a"], ["__start__"]]
+    assert all(r["parent_id"] == older["checkpoint_id"] for r, older in itertools.pairwise(rows))
+
+
+def test_show_prints_values_and_the_pending_interrupt(db: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "show", "t1", "--db", db)
+    assert code == EXIT["ok"]
+    shown = json.loads(out)
+    assert shown["values"] == {"log": ["a", "b"]}
+    assert shown["next"] == ["approve"]
+    assert [i["value"] for i in shown["interrupts"]] == ["ok?"]
+
+
+def test_diff_against_the_parent_shows_appended_items(db: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "diff", "t1", "--db", db, "--json")
+    assert code == EXIT["ok"]
+    changes = json.loads(out)["changes"]
+    assert changes == [{"channel": "log", "kind": "appended", "old": ["a"], "new": ["b"]}]
+
+
+def test_diff_between_named_checkpoints(db: str, capsys: Any) -> None:
+    _, out, _ = run(capsys, "history", "t1", "--db", db, "--json")
+    ids = [row["checkpoint_id"] for row in json.loads(out)]
+    code, out, _ = run(capsys, "diff", "t1", ids[3], ids[0], "--db", db)
+    assert code == EXIT["ok"]
+    assert '+ log (added): ["a", "b"]' in out
+
+
+def test_unknown_thread_and_checkpoint_exit_3(db: str, capsys: Any) -> None:
+    for argv in (["show", "nope"], ["history", "nope"], ["show", "t1", "--checkpoint", "x"]):
+        code, _, err = run(capsys, *argv, "--db", db)
+        assert code == EXIT["not_found"], argv
+        assert "nope" in err or "'x'" in err
+        assert "statekeeper threads" in err
+
+
+def test_bad_url_is_a_usage_error(capsys: Any) -> None:
+    code, _, err = run(capsys, "threads", "--db", "postgres://x")
+    assert code == EXIT["usage"]
+    assert "sqlite" in err  # the message lists the known schemes
+
+
+def test_prune_keeps_the_newest_checkpoint(db: str, capsys: Any) -> None:
+    code, _, _ = run(capsys, "prune", "t1", "--db", db)
+    assert code == EXIT["ok"]
+    _, out, _ = run(capsys, "history", "t1", "--db", db, "--json")
+    assert [row["step"] for row in json.loads(out)] == [2]
+    _, out, _ = run(capsys, "history", "t2", "--db", db, "--json")
+    assert len(json.loads(out)) == 4
+
+
+def test_prune_delete_all(db: str, capsys: Any) -> None:
+    code, _, _ = run(capsys, "prune", "--all", "--strategy", "delete", "--db", db)
+    assert code == EXIT["ok"]
+    _, out, _ = run(capsys, "threads", "--db", db)
+    assert out.strip() == "no threads"
+
+
+def test_prune_without_threads_is_a_usage_error(db: str, capsys: Any) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["prune", "--db", db])
+    assert exc.value.code == EXIT["usage"]
+
+
+def test_verify_reports_intact_storage(db: str, capsys: Any) -> None:
+    code, out, _ = run(capsys, "verify", "--db", db, "--json")
+    assert code == EXIT["ok"]
+    assert json.loads(out) == {"threads": 2, "checkpoints": 8, "problems": []}
+
+
+def test_verify_finds_and_quarantines_a_damaged_file(tmp_path: Path, capsys: Any) -> None:
+    url = f"file://{tmp_path}/files"
+    build_thread(url, "t1")
+    (victim,) = (tmp_path / "files").rglob("checkpoints")  # the thread's checkpoint index
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01  # inside a committed line: its checksum no longer matches
+    victim.write_bytes(bytes(data))
+    code, out, _ = run(capsys, "verify", "--db", url, "--json")
+    assert code == EXIT["failed"]
+    assert json.loads(out)["problems"]
+    code, out, _ = run(capsys, "verify", "--db", url, "--quarantine", "--json")
+    assert code == EXIT["failed"]  # reported once more, now moved aside
+    code, out, _ = run(capsys, "verify", "--db", url, "--json")
+    assert code == EXIT["ok"], out
+
+
+def test_quarantine_needs_file_storage(db: str, capsys: Any) -> None:
+    code, _, err = run(capsys, "verify", "--quarantine", "--db", db)
+    assert code == EXIT["usage"]
+    assert "file://" in err
+
+
+def test_every_command_has_help() -> None:
+    from statekeeper.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert set(commands) == {
+        "run", "resume", "threads", "history", "show", "diff", "fork", "copy",
+        "export", "import", "prune", "verify", "migrate", "demo",
+    }  # fmt: skip
+    for name, sub in commands.items():
+        assert sub.description, name
+        assert "--db" in sub.format_help(), name
+
+
+def test_python_dash_m_runs_the_cli(db: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "statekeeper", "threads", "--db", db, "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert [row["thread_id"] for row in json.loads(done.stdout)] == ["t2", "t1"]
