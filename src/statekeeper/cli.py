@@ -32,7 +32,9 @@ from statekeeper import _console
 from statekeeper._urls import redact
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
+    AnswerRequiredError,
     ConfigurationError,
+    NoPendingInterruptError,
     NothingToResumeError,
     StatekeeperError,
     ThreadBusyError,
@@ -60,6 +62,8 @@ _ERROR_EXITS: list[tuple[type[BaseException], int]] = [
     (ThreadBusyError, EXIT["busy"]),
     (ThreadExistsError, EXIT["refused"]),
     (NothingToResumeError, EXIT["refused"]),
+    (NoPendingInterruptError, EXIT["refused"]),
+    (AnswerRequiredError, EXIT["interrupted"]),  # still waiting: same as a run that stopped
     (ConfigurationError, EXIT["usage"]),
     (StatekeeperError, EXIT["failed"]),
 ]
@@ -120,6 +124,17 @@ def _progress(label: str) -> tuple[_console.Progress, Callable[[int, int, int], 
         bar.update(threads_done, threads_total, f"threads, {checkpoints} checkpoints")
 
     return bar, report
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _counts(stats: Any) -> str:
+    return (
+        f"{_plural(stats.threads, 'thread')} ({_plural(stats.checkpoints, 'checkpoint')}, "
+        f"{_plural(stats.writes, 'write')})"
+    )
 
 
 def _interrupts(tup: Any) -> list[dict[str, Any]]:
@@ -310,10 +325,18 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
     with _open(args.db) as saver, _node_failure(args):
         runner = Runner(saver)
-        if args.answer is None:
-            result = runner.resume(args.thread, graph_ref=args.graph)
-        else:
-            result = runner.resume(args.thread, answer=_answer(args.answer), graph_ref=args.graph)
+        try:
+            if args.answer is None:
+                result = runner.resume(args.thread, graph_ref=args.graph)
+            else:
+                answer = _answer(args.answer)
+                result = runner.resume(args.thread, answer=answer, graph_ref=args.graph)
+        except AnswerRequiredError as exc:
+            raise AnswerRequiredError(
+                f"{exc}: statekeeper resume {args.thread} --answer VALUE",
+                thread_id=exc.thread_id,
+                interrupts=exc.interrupts,
+            ) from None
     return _run_result(args, result)
 
 
@@ -322,7 +345,16 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
     with _open(args.db) as saver:
         result = Runner(saver).fork(args.thread, args.checkpoint, to_thread=args.to)
-    _emit(args, result, lambda: f"forked {args.thread}@{args.checkpoint} -> {result}")
+    _emit(
+        args,
+        result,
+        lambda: (
+            f"forked {result.source_thread_id} at {result.source_checkpoint_id}\n"
+            f"into   {result.thread_id} at {result.checkpoint_id}\n"
+            f"next   {', '.join(result.next) or '-'}\n"
+            f"continue with: statekeeper resume {result.thread_id}"
+        ),
+    )
     return EXIT["ok"]
 
 
@@ -340,8 +372,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         args,
         results,
         lambda: _console.table(
-            ["thread", "migration"],
-            [(thread_id, result or "up to date") for thread_id, result in results.items()],
+            ["thread", "schema version"],
+            [
+                (thread_id, f"{r.from_version} -> {r.to_version}" if r else "up to date")
+                for thread_id, r in results.items()
+            ],
         ),
     )
     return EXIT["ok"]
@@ -362,10 +397,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
     _emit(
         args,
         stats,
-        lambda: (
-            f"copied {stats.threads} threads ({stats.checkpoints} checkpoints, "
-            f"{stats.writes} writes) from {redact(args.source)} to {redact(args.target)}"
-        ),
+        lambda: f"copied {_counts(stats)} from {redact(args.source)} to {redact(args.target)}",
     )
     return EXIT["ok"]
 
@@ -379,7 +411,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             stats = export_threads(saver, out, args.thread or None, progress=report)
         finally:
             bar.done()
-    message = f"exported {stats.threads} threads ({stats.checkpoints} checkpoints)"
+    message = f"exported {_counts(stats)}"
     print(_console.dumps(stats) if args.json else message, file=sys.stderr)
     return EXIT["ok"]
 
@@ -396,10 +428,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     _emit(
         args,
         stats,
-        lambda: (
-            f"imported {stats.threads} threads ({stats.checkpoints} checkpoints, "
-            f"{stats.writes} writes) into {redact(args.db)}"
-        ),
+        lambda: f"imported {_counts(stats)} into {redact(args.db)}",
     )
     return EXIT["ok"]
 
@@ -413,7 +442,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     _emit(
         args,
         {"threads": thread_ids, "strategy": args.strategy},
-        lambda: f"pruned {len(thread_ids)} threads ({args.strategy})",
+        lambda: f"pruned {_plural(len(thread_ids), 'thread')} ({args.strategy})",
     )
     return EXIT["ok"]
 

@@ -59,11 +59,15 @@ class Change:
 
 
 def list_threads(saver: BaseCheckpointSaver[Any]) -> list[str]:
-    """Every thread id in ``saver``, most recently written first."""
-    seen: dict[str, None] = {}
+    """The ids of the threads that have checkpoints, the most recently written first (by
+    newest checkpoint id, which LangGraph makes grow with time; LangGraph's own savers do
+    not all list newest first). Reads every checkpoint once, holding only thread ids."""
+    newest: dict[str, str] = {}
     for tup in saver.list(None):
-        seen.setdefault(tup.config["configurable"]["thread_id"], None)
-    return list(seen)
+        thread_id = tup.config["configurable"]["thread_id"]
+        if thread_id not in newest or tup.checkpoint["id"] > newest[thread_id]:
+            newest[thread_id] = tup.checkpoint["id"]
+    return sorted(newest, key=newest.__getitem__, reverse=True)
 
 
 def pending_nodes(checkpoint: Checkpoint) -> tuple[str, ...]:

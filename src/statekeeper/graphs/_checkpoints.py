@@ -10,7 +10,6 @@ copies ``versions_seen`` and every channel LangGraph triggers nodes with
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -31,6 +30,7 @@ from langgraph.pregel._task_status import read_task_statuses
 from langgraph.types import Interrupt
 from pydantic import BaseModel
 
+from statekeeper._transfer_source import new_versions, write_calls
 from statekeeper.checkpointers._base import Checkpointer
 
 __all__ = [
@@ -167,16 +167,13 @@ def copy_history(
         if loaded is None:  # pruned: the copy starts where the stored history does
             break
         lineage.append(loaded)
-    previous: ChannelVersions = {}
+    previous: ChannelVersions | None = None
     target = thread_config(target_thread)
     for item in reversed(lineage):
         versions = item.checkpoint["channel_versions"]
-        changed = {k: v for k, v in versions.items() if previous.get(k) != v}
-        target = saver.put(target, item.checkpoint, item.metadata, changed)
-        for (task_id, task_path), group in itertools.groupby(
-            saver.get_writes(item.config), key=lambda w: (w.task_id, w.task_path)
-        ):
-            saver.put_writes(target, [(w.channel, w.value) for w in group], task_id, task_path)
+        target = saver.put(target, item.checkpoint, item.metadata, new_versions(versions, previous))
+        for task_id, task_path, writes in write_calls(saver.get_writes(item.config)):
+            saver.put_writes(target, writes, task_id, task_path)
         previous = versions
     return target
 
