@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
 import operator
@@ -207,3 +208,28 @@ def test_python_dash_m_runs_the_cli(db: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert [row["thread_id"] for row in json.loads(done.stdout)] == ["t2", "t1"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    from statekeeper._console import Progress
+
+    terminal = _Terminal()
+    bar = Progress("copy", terminal)
+    bar.update(1, 4, "threads")
+    bar.update(4, 4, "threads")
+    bar.done()
+    drawn = terminal.getvalue()
+    assert "\rcopy [#####...............] 1/4 threads" in drawn
+    assert "[####################] 4/4" in drawn
+    assert drawn.endswith("\n")
+
+    piped = io.StringIO()
+    quiet = Progress("copy", piped)
+    quiet.update(1, 4)
+    quiet.done()
+    assert piped.getvalue() == ""

@@ -34,7 +34,10 @@ __all__ = ["run_demo"]
 
 THREAD = "ticket-1042"
 QUESTION = {"messages": [{"role": "user", "content": "Where is my order 1042?"}]}
-LOCAL_REDIS = "redis://127.0.0.1:6379/0?prefix=statekeeper-demo&retries=0&socket_timeout=0.5"
+# the demo's keys expire after an hour: a walkthrough should not leave data behind
+LOCAL_REDIS = (
+    "redis://127.0.0.1:6379/0?prefix=statekeeper-demo&ttl=3600&retries=0&socket_timeout=0.5"
+)
 _KILL_WAIT = 60.0  # seconds to wait for the run to reach its tool step
 
 
