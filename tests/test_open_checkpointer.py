@@ -99,14 +99,22 @@ def test_passwords_never_appear_in_error_messages() -> None:
 def test_public_api_is_pinned() -> None:
     assert statekeeper.__all__ == sorted(statekeeper.__all__)
     assert set(statekeeper.__all__) == {
+        "AnswerRequiredError",
         "ConfigurationError",
         "CorruptCheckpointError",
+        "GraphLoadError",
         "InvalidIdError",
+        "NoPendingInterruptError",
+        "NothingToResumeError",
         "SchemaVersionError",
         "SerializationError",
+        "StateValidationError",
         "StatekeeperError",
         "StorageError",
+        "SummarizerOutputError",
+        "ThreadBusyError",
         "ThreadExistsError",
+        "ThreadNotFoundError",
         "open_checkpointer",
     }
 

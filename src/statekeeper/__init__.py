@@ -9,25 +9,41 @@ from __future__ import annotations
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
+    AnswerRequiredError,
     ConfigurationError,
     CorruptCheckpointError,
+    GraphLoadError,
     InvalidIdError,
+    NoPendingInterruptError,
+    NothingToResumeError,
     SchemaVersionError,
     SerializationError,
     StatekeeperError,
+    StateValidationError,
     StorageError,
+    SummarizerOutputError,
+    ThreadBusyError,
     ThreadExistsError,
+    ThreadNotFoundError,
 )
 
 __all__ = [
+    "AnswerRequiredError",
     "ConfigurationError",
     "CorruptCheckpointError",
+    "GraphLoadError",
     "InvalidIdError",
+    "NoPendingInterruptError",
+    "NothingToResumeError",
     "SchemaVersionError",
     "SerializationError",
+    "StateValidationError",
     "StatekeeperError",
     "StorageError",
+    "SummarizerOutputError",
+    "ThreadBusyError",
     "ThreadExistsError",
+    "ThreadNotFoundError",
     "open_checkpointer",
 ]
 

@@ -23,6 +23,7 @@ __all__ = [
     "StateValidationError",
     "StatekeeperError",
     "StorageError",
+    "SummarizerOutputError",
     "ThreadBusyError",
     "ThreadExistsError",
     "ThreadNotFoundError",
@@ -175,3 +176,8 @@ class NoPendingInterruptError(StatekeeperError, ValueError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self),), self.__dict__)
+
+
+class SummarizerOutputError(StatekeeperError, ValueError):
+    """A chat model's answer is not the JSON a :class:`ChatModelSummarizer` asked for, and
+    no fallback summarizer was given."""

@@ -1,0 +1,143 @@
+"""Search in the SQLite memory store: a filtered listing without a query, relevance with one.
+
+Relevance (see ``docs/memory-store.md``): FTS5 finds the items holding any query term and
+ranks them by ``bm25()``; each gets the lexical score of :mod:`statekeeper.memory._lexical`
+over the collection under the namespace prefix. With embeddings, every item under the
+prefix that has one also gets ``max(0, cosine)`` of its best-matching text, and the score
+is ``(1 - semantic_weight) * lexical + semantic_weight * semantic``. Items scoring 0 are
+never returned; the rest come best first, equal scores in BM25 order, then newest first.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from typing import Any
+
+from langgraph.store.base import SearchItem, SearchOp
+
+from statekeeper.memory._lexical import coverage, query_terms, weights
+from statekeeper.memory._sqlite_store_ops import Row, search_item
+from statekeeper.memory._sqlite_store_schema import (
+    COUNT_SCOPE,
+    LIST_SCOPE,
+    SELECT_MATCHES,
+    SELECT_VECTORS,
+    fts_query,
+    scope,
+)
+from statekeeper.memory._sqlite_store_values import (
+    cosine,
+    decode_value,
+    matches_filter,
+    unpack_vector,
+)
+
+__all__ = ["search"]
+
+
+def search(
+    conn: sqlite3.Connection,
+    op: SearchOp,
+    now: float,
+    query_vector: Sequence[float] | None,
+    semantic_weight: float,
+) -> tuple[list[SearchItem], list[int]]:
+    """Run one search; return the page of results and the ids whose TTL is to be refreshed.
+
+    Without ``op.query`` (``None`` or ``""``): every live item under the prefix that meets
+    the filter, newest first, ``score`` ``None``. With a query: only items whose relevance
+    is above 0, best first, ``score`` in [0, 1]; a query of no searchable words (only
+    stopwords or spaces) and no embedding finds nothing.
+    """
+    params = scope(op.namespace_prefix, now)
+    page: Sequence[tuple[Row, float | None]]
+    if op.query:
+        ranked = _ranked(conn, op, params, query_vector, semantic_weight)
+        page = ranked[op.offset : op.offset + op.limit]
+    else:
+        page = [(row, None) for row in _listing(conn, op, params)]
+    refresh = [row[0] for row, _ in page if op.refresh_ttl and row[6] is not None]
+    return [search_item(row, score) for row, score in page], refresh
+
+
+def _listing(conn: sqlite3.Connection, op: SearchOp, params: tuple[Any, ...]) -> list[Row]:
+    # Reads rows lazily and stops at the page's end: a filter is checked in Python, exactly.
+    found: list[Row] = []
+    if op.limit == 0:
+        return found
+    skipped = 0
+    with closing(conn.execute(LIST_SCOPE, params)) as cursor:
+        for row in cursor:
+            if op.filter and not matches_filter(decode_value(row[3]), op.filter):
+                continue
+            if skipped < op.offset:
+                skipped += 1
+                continue
+            found.append(row)
+            if len(found) == op.limit:
+                break
+    return found
+
+
+def _ranked(
+    conn: sqlite3.Connection,
+    op: SearchOp,
+    params: tuple[Any, ...],
+    query_vector: Sequence[float] | None,
+    semantic_weight: float,
+) -> list[tuple[Row, float]]:
+    assert op.query is not None
+    wanted = query_terms(op.query)
+    lexical = dict(_lexical_scores(conn, params, wanted)) if wanted else {}
+    rows = {item_id: row for item_id, (row, _) in lexical.items()}
+    scores = {item_id: score for item_id, (_, score) in lexical.items()}
+    if query_vector is not None:
+        semantic = _semantic_scores(conn, params, query_vector)
+        for item_id, (row, _) in semantic.items():
+            rows.setdefault(item_id, row)
+        scores = {
+            item_id: (1.0 - semantic_weight) * scores.get(item_id, 0.0)
+            + semantic_weight * (semantic[item_id][1] if item_id in semantic else 0.0)
+            for item_id in rows
+        }
+    ranked = [
+        (row, scores[item_id])
+        for item_id, row in rows.items()  # BM25 order first, then newest first
+        if scores[item_id] > 0.0
+        and (not op.filter or matches_filter(decode_value(row[3]), op.filter))
+    ]
+    ranked.sort(key=lambda pair: -pair[1])  # stable: equal scores keep the order above
+    return ranked
+
+
+def _lexical_scores(
+    conn: sqlite3.Connection, params: tuple[Any, ...], wanted: tuple[str, ...]
+) -> Iterator[tuple[int, tuple[Row, float]]]:
+    """Items holding a query term, in BM25 order, with their lexical score."""
+    by_hex = {term.encode("utf-8").hex(): term for term in wanted}
+    matched: list[tuple[Row, frozenset[str]]] = []
+    for *row, stored, _rank in conn.execute(SELECT_MATCHES, (*params, fts_query(wanted))):
+        found = frozenset(by_hex[h] for h in stored.split() if h in by_hex)
+        matched.append((tuple(row), found))
+    # Document frequencies over the whole collection under the prefix, so scores do not
+    # depend on the filter or the page, nor on what other namespaces hold.
+    doc_freq = {term: sum(term in found for _, found in matched) for term in wanted}
+    (n_docs,) = conn.execute(COUNT_SCOPE, params).fetchone()
+    term_weights = weights(wanted, n_docs, doc_freq)
+    for row, found in matched:
+        yield row[0], (row, coverage(term_weights, found))
+
+
+def _semantic_scores(
+    conn: sqlite3.Connection, params: tuple[Any, ...], query_vector: Sequence[float]
+) -> dict[int, tuple[Row, float]]:
+    """Every item under the prefix with an embedding: ``max(0, cosine)`` of its best text."""
+    best: dict[int, tuple[Row, float]] = {}
+    for *row, blob in conn.execute(SELECT_VECTORS, params):
+        similarity = min(max(cosine(query_vector, unpack_vector(blob)), 0.0), 1.0)
+        item_id = row[0]
+        if item_id not in best or similarity > best[item_id][1]:
+            best[item_id] = (tuple(row), similarity)
+    return best

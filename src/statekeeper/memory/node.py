@@ -1,0 +1,337 @@
+"""``SummarizationNode``: keep a conversation's state within a token budget.
+
+>>> builder.add_node("summarize", SummarizationNode(budget_tokens=2000))  # doctest: +SKIP
+
+When the ``messages`` of the state count more than ``budget_tokens``, the node compresses
+the oldest messages into a running summary (a plain-JSON :class:`RunningSummary` in the
+state) and into notes with provenance (written to a LangGraph ``BaseStore``), and removes
+them from the state with ``RemoveMessage``, so the checkpointed history and the cost of
+each turn stop growing. See ``docs/memory.md``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NotRequired
+
+from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
+from langchain_core.messages.utils import count_tokens_approximately
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_store
+from langgraph.graph import MessagesState
+from langgraph.store.base import BaseStore, PutOp
+from typing_extensions import TypedDict
+
+from statekeeper.errors import ConfigurationError
+from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
+from statekeeper.memory.notes import Note, Provenance
+from statekeeper.memory.summarize import ExtractiveSummarizer, NoteDraft, Summarizer
+
+__all__ = [
+    "RunningSummary",
+    "SummarizationNode",
+    "SummaryState",
+    "checkpoint_id_of",
+    "notes_namespace",
+    "with_summary",
+]
+
+logger = logging.getLogger(__name__)
+
+Namespace = tuple[str, ...] | Callable[[RunnableConfig], tuple[str, ...]]
+
+
+# typing_extensions' TypedDict: pydantic states need it before Python 3.12
+class RunningSummary(TypedDict):
+    """The summary of everything compressed so far, and the accounting of the last
+    compaction. Only plain JSON types, so it reloads from any checkpointer and serializer
+    (including under ``LANGGRAPH_STRICT_MSGPACK=true``) with no registered type.
+
+    Token counts are the node's ``token_counter``'s: ``tokens_before`` and
+    ``tokens_after`` count the state's messages before and after the last compaction,
+    ``summary_tokens`` the summary as one system message. ``tokens_saved`` is what a
+    model call that sends the messages and the summary saves: the old messages and old
+    summary minus the kept messages and new summary; ``tokens_saved_total`` sums it over
+    every compaction of the thread.
+    """
+
+    text: str
+    summarizer: str  # who made the last summary: "extractive/1"
+    compactions: int
+    messages_summarized: int  # over every compaction
+    tokens_before: int
+    tokens_after: int
+    summary_tokens: int
+    tokens_saved: int
+    tokens_saved_total: int
+    note_keys: list[str]  # the store keys of the notes the last compaction wrote
+    notes_namespace: list[str] | None  # where they are; None when notes are disabled
+    checkpoint_id: str | None  # the checkpoint whose messages were compressed
+    updated_at: str  # ISO 8601
+
+
+class SummaryState(MessagesState):
+    """``MessagesState`` with the ``summary`` channel the node writes."""
+
+    summary: NotRequired[RunningSummary]
+
+
+def notes_namespace(thread_id: str) -> tuple[str, ...]:
+    """The default namespace of a thread's notes: ``("notes", <thread id>)``, with ``%``,
+    ``.`` and NUL percent-encoded (store namespace labels may not contain a period), so
+    any two thread ids get two namespaces."""
+    if not thread_id:
+        raise ConfigurationError("an empty thread id has no notes namespace")
+    label = thread_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+    return ("notes", label)
+
+
+def checkpoint_id_of(config: RunnableConfig) -> str | None:
+    """The id of the checkpoint a node runs on: its state is that checkpoint's.
+
+    Inside a task LangGraph sets ``configurable["checkpoint_id"]`` to ``None`` and records
+    the checkpoint of each enclosing graph in ``configurable["checkpoint_map"]``, keyed by
+    that graph's namespace: the task's ``checkpoint_ns`` without its last ``|``-separated
+    part (``""`` for the root graph). An explicit ``checkpoint_id`` (a direct call) wins.
+    ``None`` without a checkpointer.
+    """
+    configurable = config.get("configurable") or {}
+    explicit = configurable.get("checkpoint_id")
+    if explicit:
+        return str(explicit)
+    namespace = str(configurable.get("checkpoint_ns") or "")
+    parent = namespace.rpartition("|")[0]
+    found = (configurable.get("checkpoint_map") or {}).get(parent)
+    return str(found) if found else None
+
+
+def with_summary(
+    messages: Sequence[BaseMessage],
+    summary: RunningSummary | None,
+    *,
+    prefix: str = "Summary of the earlier conversation:",
+) -> list[BaseMessage]:
+    """``messages`` with the running summary inserted as a system message after the
+    leading system messages: what to send a chat model. ``messages`` unchanged (as a new
+    list) when there is no summary yet."""
+    if not summary or not summary["text"]:
+        return list(messages)
+    start = 0
+    while start < len(messages) and isinstance(messages[start], SystemMessage):
+        start += 1
+    note = SystemMessage(f"{prefix}\n{summary['text']}")
+    return [*messages[:start], note, *messages[start:]]
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class SummarizationNode:
+    """A graph node that keeps ``state[messages_key]`` within ``budget_tokens``.
+
+    When the messages count more than ``budget_tokens`` (by ``token_counter``), the node
+    compresses the oldest ones, keeps the most recent ones verbatim (as many as fit in
+    ``keep_tokens``, half the budget by default) and returns an update that
+
+    - removes the compressed messages (``RemoveMessage`` for each, applied by
+      ``add_messages``);
+    - replaces ``state[summary_key]`` with a new :class:`RunningSummary`, made by
+      ``summarizer`` from the compressed messages and the previous summary; it is
+      refreshed on every compaction;
+    - after writing the summarizer's notes, each a :class:`~statekeeper.memory.notes.Note`
+      with provenance, to the store under ``namespace``.
+
+    It never breaks the conversation: leading system messages are kept; the kept window
+    starts with a ``HumanMessage``; an AI tool call and its tool results are compressed or
+    kept together; only messages with ids are compressed. When no cut satisfies these
+    rules, the node returns an empty update and calls no summarizer (so the summarizer is
+    never called with no messages). When no cut keeps ``keep_tokens``, it compresses as
+    much as the rules allow, so the messages left count at most ``budget_tokens`` whenever
+    some valid cut achieves that.
+
+    ``store``: a ``BaseStore``; ``None`` (default) for the graph's store
+    (``compile(store=...)``), raising :class:`~statekeeper.errors.ConfigurationError` at
+    run time if there is none; ``False`` to write no notes. Notes need the thread id
+    (``config["configurable"]["thread_id"]``). ``namespace``: a tuple, or a function of
+    the run's config; by default :func:`notes_namespace` of the thread. Notes are written
+    before the update is returned: if the step is retried they are written again under
+    the same keys (a note's key derives from its thread, messages and text).
+
+    ``now`` is the clock stamped on notes (``created_at``) and the summary.
+    """
+
+    def __init__(
+        self,
+        *,
+        budget_tokens: int,
+        keep_tokens: int | None = None,
+        summarizer: Summarizer | None = None,
+        token_counter: TokenCounter = count_tokens_approximately,
+        store: BaseStore | Literal[False] | None = None,
+        namespace: Namespace | None = None,
+        messages_key: str = "messages",
+        summary_key: str = "summary",
+        now: Callable[[], datetime.datetime] = _utcnow,
+    ) -> None:
+        keep = budget_tokens // 2 if keep_tokens is None else keep_tokens
+        if budget_tokens < 1 or not 0 <= keep <= budget_tokens:
+            raise ConfigurationError(
+                f"need budget_tokens >= 1 and 0 <= keep_tokens <= budget_tokens, got "
+                f"budget_tokens={budget_tokens}, keep_tokens={keep_tokens}"
+            )
+        if store is not None and store is not False and not isinstance(store, BaseStore):
+            raise ConfigurationError(f"store must be a BaseStore, None or False, not {store!r}")
+        self.budget_tokens = budget_tokens
+        self.keep_tokens = keep
+        self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
+        self.token_counter = token_counter
+        self.store = store
+        self.namespace = namespace
+        self.messages_key = messages_key
+        self.summary_key = summary_key
+        self.now = now
+
+    def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        """The state update: empty when the messages are within budget or nothing can be
+        compressed; else the removals and the new running summary (notes already stored)."""
+        messages = list(self._read(state, self.messages_key, required=True) or ())
+        previous: RunningSummary | None = self._read(state, self.summary_key) or None
+        tokens_before = self.token_counter(messages)
+        if tokens_before <= self.budget_tokens:
+            return {}
+        cut = choose_cut(messages, self.keep_tokens, self.token_counter)
+        if cut is None:
+            logger.debug("over budget, but no message can be compressed without breaking a rule")
+            return {}
+        compressed = messages[cut.start : cut.end]
+        kept = messages[: cut.start] + messages[cut.end :]
+        summary = self.summarizer.summarize(compressed, previous["text"] if previous else None)
+        made_by = summary.summarizer or self.summarizer.name
+        now = self.now()
+        checkpoint_id = checkpoint_id_of(config)
+
+        note_keys: list[str] = []
+        namespace: tuple[str, ...] | None = None
+        store = self._resolve_store()
+        if store is not None:
+            thread_id = _thread_id(config)
+            namespace = self._namespace(config, thread_id)
+            notes = _notes(summary.notes, compressed, thread_id, checkpoint_id, now, made_by)
+            if notes:
+                store.batch([PutOp(namespace, note.key, note.to_value()) for note in notes])
+            note_keys = [note.key for note in notes]
+
+        tokens_after = self.token_counter(kept)
+        summary_tokens = self.token_counter([SystemMessage(summary.text)]) if summary.text else 0
+        saved = tokens_before - tokens_after - summary_tokens
+        if previous:
+            saved += previous["summary_tokens"]
+        running = RunningSummary(
+            text=summary.text,
+            summarizer=made_by,
+            compactions=(previous["compactions"] if previous else 0) + 1,
+            messages_summarized=(previous["messages_summarized"] if previous else 0)
+            + len(compressed),
+            tokens_before=tokens_before,
+            tokens_after=tokens_after,
+            summary_tokens=summary_tokens,
+            tokens_saved=saved,
+            tokens_saved_total=(previous["tokens_saved_total"] if previous else 0) + saved,
+            note_keys=note_keys,
+            notes_namespace=list(namespace) if namespace is not None else None,
+            checkpoint_id=checkpoint_id,
+            updated_at=now.isoformat(),
+        )
+        removals = [RemoveMessage(id=message.id) for message in compressed if message.id]
+        return {self.messages_key: removals, self.summary_key: running}
+
+    def _read(self, state: Any, key: str, *, required: bool = False) -> Any:
+        if isinstance(state, Mapping):
+            if key in state:
+                return state[key]
+        elif hasattr(state, key):
+            return getattr(state, key)
+        if required:
+            raise ConfigurationError(f"SummarizationNode: the state has no {key!r} channel")
+        return None
+
+    def _resolve_store(self) -> BaseStore | None:
+        if self.store is False:
+            return None
+        if self.store is not None:
+            return self.store
+        try:
+            store = get_store()
+        except RuntimeError:  # called outside a graph run
+            store = None
+        if store is None:
+            raise ConfigurationError(
+                "SummarizationNode has no store for its notes: compile the graph with "
+                "store=..., pass store=... to the node, or pass store=False to keep only "
+                "the running summary"
+            )
+        return store
+
+    def _namespace(self, config: RunnableConfig, thread_id: str) -> tuple[str, ...]:
+        if self.namespace is None:
+            return notes_namespace(thread_id)
+        namespace = self.namespace(config) if callable(self.namespace) else self.namespace
+        if not namespace or not all(
+            isinstance(label, str) and label and "." not in label for label in namespace
+        ):
+            raise ConfigurationError(
+                f"invalid notes namespace {namespace!r}: it needs one or more non-empty "
+                "string labels without periods"
+            )
+        return tuple(namespace)
+
+    def __repr__(self) -> str:
+        return (
+            f"SummarizationNode(budget_tokens={self.budget_tokens}, "
+            f"keep_tokens={self.keep_tokens}, summarizer={self.summarizer.name!r})"
+        )
+
+
+def _thread_id(config: RunnableConfig) -> str:
+    thread_id = (config.get("configurable") or {}).get("thread_id")
+    if thread_id is None or thread_id == "":
+        raise ConfigurationError(
+            "SummarizationNode needs config['configurable']['thread_id'] to give its notes "
+            "provenance (or store=False to write no notes)"
+        )
+    return str(thread_id)
+
+
+def _notes(
+    drafts: Sequence[NoteDraft],
+    compressed: Sequence[BaseMessage],
+    thread_id: str,
+    checkpoint_id: str | None,
+    now: datetime.datetime,
+    made_by: str,
+) -> list[Note]:
+    """Each draft as a note with provenance, in order, without duplicates. Message ids
+    that are not among ``compressed`` are dropped; a draft left with none is about all of
+    ``compressed``."""
+    by_id = {message.id: message for message in compressed if message.id}
+    notes: dict[str, Note] = {}
+    for draft in drafts:
+        if not draft.text.strip():
+            continue
+        ids = tuple(dict.fromkeys(i for i in draft.message_ids if i in by_id)) or tuple(by_id)
+        times = [t for t in (message_time(by_id[i]) for i in ids) if t is not None]
+        provenance = Provenance(
+            thread_id=thread_id,
+            message_ids=ids,
+            checkpoint_id=checkpoint_id,
+            said_from=times[0] if times else None,
+            said_to=times[-1] if times else None,
+            created_at=now,
+            summarizer=made_by,
+        )
+        note = Note(text=draft.text, provenance=provenance, topics=draft.topics)
+        notes.setdefault(note.key, note)
+    return list(notes.values())

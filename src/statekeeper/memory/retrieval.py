@@ -1,0 +1,197 @@
+"""Retrieval in a graph: a node that recalls notes into the state for the next model call,
+and :func:`format_memories` to put them in a prompt.
+
+>>> builder.add_node("recall", RetrievalNode(namespace=("users", "{user_id}")))  # doctest: +SKIP
+>>> prompt = f"What you remember:\\n{format_memories(state['memories'])}"  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_store
+from langgraph.store.base import BaseStore
+
+from statekeeper.errors import ConfigurationError
+from statekeeper.memory.node import notes_namespace
+from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Hit, check_options, recall
+
+__all__ = ["Namespace", "RetrievalNode", "format_memories", "last_human_text"]
+
+Namespace = tuple[str, ...] | Callable[[RunnableConfig], tuple[str, ...]]
+
+_FIELD = re.compile(r"\{(\w+)\}")
+
+
+class RetrievalNode:
+    """A LangGraph node: recall the notes relevant to the conversation and put them in the
+    state under ``key``, as plain JSON dicts (``text``, ``topics``, ``score``, ``key``,
+    ``namespace``, ``provenance``), best first: ``{key: [...]}``, an empty list when
+    nothing is relevant. Dicts, not objects, so a checkpoint holding them reloads under
+    any serializer, ``LANGGRAPH_STRICT_MSGPACK=true`` included.
+
+    ``store``: a ``BaseStore``; ``None`` (default) for the graph's (``compile(store=...)``).
+    ``namespace``: a tuple whose labels may name run settings, ``("users", "{user_id}")``
+    being filled from ``config["configurable"]`` (values have ``%``, ``.`` and NUL
+    percent-encoded, as in :func:`~statekeeper.memory.node.notes_namespace`); or a
+    function of the run's config; by default the thread's notes namespace, where
+    :class:`~statekeeper.memory.node.SummarizationNode` writes. ``("notes",)`` recalls the
+    notes of every thread. ``query``: a function of the state giving the text to recall
+    for; by default the text of the last human message in ``state["messages"]``. ``k``,
+    ``min_score`` and ``filter`` are :func:`~statekeeper.memory.recall.recall`'s.
+
+    Raises (when called): :class:`~statekeeper.errors.ConfigurationError` when there is
+    no store, or the namespace names a setting the run's config does not have.
+    """
+
+    def __init__(
+        self,
+        *,
+        namespace: Namespace | None = None,
+        store: BaseStore | None = None,
+        k: int = 5,
+        min_score: float = DEFAULT_MIN_SCORE,
+        query: Callable[[Any], str | None] | None = None,
+        key: str = "memories",
+        filter: Mapping[str, Any] | None = None,
+    ) -> None:
+        check_options(k, min_score)
+        if store is not None and not isinstance(store, BaseStore):
+            raise ConfigurationError(f"store must be a BaseStore or None, not {store!r}")
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(f"key must be a state key (non-empty text), got {key!r}")
+        self.namespace = namespace
+        self.store = store
+        self.k = k
+        self.min_score = min_score
+        self.query = query
+        self.key = key
+        self.filter = filter
+
+    def __call__(self, state: Any, config: RunnableConfig) -> dict[str, list[dict[str, Any]]]:
+        text = self.query(state) if self.query is not None else last_human_text(state)
+        if not text or not text.strip():
+            return {self.key: []}
+        hits = recall(
+            self._store(),
+            self._namespace(config),
+            text,
+            k=self.k,
+            min_score=self.min_score,
+            filter=self.filter,
+        )
+        return {self.key: [hit.to_dict() for hit in hits]}
+
+    def _store(self) -> BaseStore:
+        if self.store is not None:
+            return self.store
+        try:
+            store = get_store()
+        except RuntimeError:  # called outside a graph run
+            store = None
+        if store is None:
+            raise ConfigurationError(
+                "RetrievalNode has no store to recall from: compile the graph with "
+                "store=... or pass store=... to the node"
+            )
+        return store
+
+    def _namespace(self, config: RunnableConfig) -> tuple[str, ...]:
+        configurable = config.get("configurable") or {}
+        if self.namespace is None:
+            if "thread_id" not in configurable:
+                raise ConfigurationError(
+                    "RetrievalNode recalls the thread's notes by default, but the run has no "
+                    'thread_id; pass {"configurable": {"thread_id": ...}} or a namespace'
+                )
+            return notes_namespace(str(configurable["thread_id"]))
+        if callable(self.namespace):
+            namespace = self.namespace(config)
+        else:
+            namespace = tuple(_fill(label, configurable) for label in self.namespace)
+        if not isinstance(namespace, tuple) or not all(isinstance(s, str) for s in namespace):
+            raise ConfigurationError(f"a namespace is a tuple of strings, got {namespace!r}")
+        return namespace
+
+    def __repr__(self) -> str:
+        return f"RetrievalNode(namespace={self.namespace!r}, k={self.k}, key={self.key!r})"
+
+
+def last_human_text(state: Any) -> str | None:
+    """The text of the last human message in ``state["messages"]`` (a dict or an object
+    with a ``messages`` attribute); ``None`` when there is none."""
+    messages = (
+        state.get("messages") if isinstance(state, Mapping) else getattr(state, "messages", None)
+    )
+    for message in reversed(list(messages or ())):
+        if isinstance(message, BaseMessage):
+            if message.type == "human":
+                return message.text
+        elif isinstance(message, Mapping) and message.get("role") in ("user", "human"):
+            return _text(message.get("content"))
+        elif (
+            isinstance(message, Sequence) and len(message) == 2 and message[0] in ("user", "human")
+        ):
+            return _text(message[1])
+    return None
+
+
+def format_memories(memories: Iterable[Hit | Mapping[str, Any]]) -> str:
+    """Recalled notes as prompt lines, best first: ``- <text> (thread <id>, <when>)``,
+    where ``<when>`` is the day (or days) the source messages were said, else the day the
+    note was made. Takes :class:`~statekeeper.memory.recall.Hit`\\ s or the dicts
+    :class:`RetrievalNode` puts in the state; ``""`` for none."""
+    lines = []
+    for memory in memories:
+        data = memory.to_dict() if isinstance(memory, Hit) else memory
+        provenance = data.get("provenance") or {}
+        lines.append(
+            f"- {data['text']} (thread {provenance.get('thread_id')}, {_when(provenance)})"
+        )
+    return "\n".join(lines)
+
+
+def _when(provenance: Mapping[str, Any]) -> str:
+    said_from, said_to = _day(provenance.get("said_from")), _day(provenance.get("said_to"))
+    if said_from and said_to and said_to != said_from:
+        return f"said {said_from} to {said_to}"
+    if said_from:
+        return f"said {said_from}"
+    return f"noted {_day(provenance.get('created_at')) or 'at an unknown date'}"
+
+
+def _day(stamp: Any) -> str | None:
+    # ISO 8601 text (what to_dict() gives) or a datetime: the calendar day it names
+    return str(stamp)[:10] if stamp else None
+
+
+def _fill(label: str, configurable: Mapping[str, Any]) -> str:
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in configurable:
+            raise ConfigurationError(
+                f"the namespace label {label!r} needs config['configurable'][{name!r}], "
+                "which this run does not have"
+            )
+        text = str(configurable[name])
+        return text.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+
+    return _FIELD.sub(value, label)
+
+
+def _text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [
+            block if isinstance(block, str) else str(block.get("text", ""))
+            for block in content
+            if isinstance(block, str)
+            or (isinstance(block, Mapping) and block.get("type") == "text")
+        ]
+        return "".join(parts)
+    return None
