@@ -4,6 +4,9 @@
   else a ``redis-server`` started on a free port (no persistence).
 * Cluster: ``REDIS_CLUSTER_URL`` if set, else three masters started on free ports and
   joined with ``redis-cli --cluster create``.
+* Servers the session starts (and the private ones tests kill) run ``REDIS_SERVER`` if
+  set (a path to ``redis-server`` or ``valkey-server`` of another version), else the
+  ``redis-server`` on the PATH.
 
 Every URL handed out carries a fresh key prefix (``?prefix=t-<hex>``), so tests never see
 each other's keys; :meth:`RedisServers.cleanup` deletes a prefix's keys (and those of
@@ -32,6 +35,7 @@ import redis
 import redis.cluster
 
 ON_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SERVER = os.environ.get("REDIS_SERVER") or "redis-server"
 
 
 def free_port() -> int:
@@ -73,12 +77,12 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, *, wait: bool = True) -> Server:
-        if shutil.which("redis-server") is None:
+        if shutil.which(SERVER) is None:
             unavailable("no Redis server is reachable and no redis-server binary is installed")
         self.workdir.mkdir(parents=True, exist_ok=True)
         # fmt: off
         command = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            SERVER, "--port", str(self.port), "--bind", "127.0.0.1",
             "--save", "", "--appendonly", "no", "--dir", str(self.workdir), *self.extra,
         ]
         # fmt: on
@@ -162,7 +166,7 @@ class RedisServers:
         return self._cluster
 
     def _start_cluster(self) -> str:
-        if shutil.which("redis-cli") is None or shutil.which("redis-server") is None:
+        if shutil.which("redis-cli") is None or shutil.which(SERVER) is None:
             unavailable("Redis Cluster tests need the redis-server and redis-cli binaries")
         ports = [free_port() for _ in range(3)]
         nodes = []

@@ -34,6 +34,7 @@ from statekeeper.errors import (
     SchemaVersionError,
     SerializationError,
     StorageError,
+    ThreadBusyError,
 )
 from tests.redis_servers import REDIS, Server, client_for
 
@@ -129,6 +130,8 @@ def test_redis_schemes_are_known() -> None:
         ("redis://localhost/0?socket_timeout=0", "socket_timeout must be seconds > 0"),
         ("rediss://localhost/0?ssl_cert_reqs=sometimes", "ssl_cert_reqs must be one of"),
         ("redis://localhost/0?prefix=a&prefix=b", "given twice"),
+        ("redis://localhost/0?claim_ttl=0", "claim_ttl must be a number of seconds > 0"),
+        ("redis://localhost/0?claim_ttl=soon", "claim_ttl must be a number"),
     ],
 )
 def test_bad_urls_and_options_raise_configuration_errors(bad: str, expected: str) -> None:
@@ -145,6 +148,8 @@ def test_query_options_are_parsed_and_keywords_win(url: str) -> None:
         assert saver._plans.compress is False
     with open_checkpointer(f"{url}&ttl=30", ttl=5) as saver:
         assert saver.ttl == 5
+    with open_checkpointer(f"{url}&claim_ttl=2.5") as saver:
+        assert saver._claims.ttl == 2.5
 
 
 def test_the_class_takes_keywords_not_query_options(url: str) -> None:
@@ -546,7 +551,8 @@ def _deadlines(client: redis.Redis, saver: Any, thread_id: str) -> set[int]:
                 found.add(client.execute_command("PEXPIRETIME", key))
             except redis.ResponseError:  # Redis 6.2: close enough, to 50 ms
                 ttl = client.pttl(key)
-                found.add(-1 if ttl < 0 else round((time.time() * 1000 + ttl) / 50))
+                at = -1 if ttl < 0 else int(time.time() * 1000 + ttl)
+                found.add(next((d for d in found if d >= 0 and abs(d - at) <= 50), at))
     return found
 
 
@@ -558,7 +564,7 @@ def test_ttl_expires_all_keys_of_a_thread_together_and_writes_refresh_it(
         first = _deadlines(client, saver, "t")
         assert len(first) == 1  # one deadline for every key
         assert 0 < next(iter(first)) / 1000 - time.time() <= 60
-        time.sleep(0.01)
+        time.sleep(0.06)  # more than the 50 ms a deadline is rounded to on Redis 6.2
         saver.put_writes(stored, [("a", 1)], "task")
         second = _deadlines(client, saver, "t")
         assert len(second) == 1
@@ -566,7 +572,7 @@ def test_ttl_expires_all_keys_of_a_thread_together_and_writes_refresh_it(
         saver.get_tuple(cfg("t"))  # reads do not refresh without refresh_on_read
         assert _deadlines(client, saver, "t") == second
     with open_checkpointer(url, ttl=60, refresh_on_read=True) as saver:
-        time.sleep(0.01)
+        time.sleep(0.06)
         saver.get_tuple(cfg("t"))
         third = _deadlines(client, saver, "t")
         assert len(third) == 1
@@ -587,6 +593,163 @@ def test_expired_threads_disappear_everywhere(url: str, client: redis.Redis) -> 
         assert saver.get_tuple(cfg("short")) is None
         assert [t.config["configurable"]["thread_id"] for t in saver.list(None)] == ["forever"]
         assert client.zrange(f"{prefix_of(url)}:threads", 0, -1) == [b"forever"]  # swept
+
+
+# -- pending writes and claims ---------------------------------------------------------------
+
+
+def test_get_writes_has_get_tuples_order_and_the_task_paths(url: str) -> None:
+    with open_checkpointer(url) as saver:
+        stored = put(saver, "t", {"a": 1})
+        saver.put_writes(stored, [("b", "late"), ("c", {"x": 1})], "task-2", "~__pregel_pull, b")
+        saver.put_writes(stored, [("a", 2), ("__error__", "boom")], "task-1", "~__pregel_pull, a")
+        saver.put_writes(stored, [("a", 3)], "task-0", "~__pregel_push, 0")
+        writes = saver.get_writes(stored)
+        assert [(w.task_id, w.channel, w.value) for w in writes] == saver.get_tuple(
+            stored
+        ).pending_writes
+        assert {(w.task_id, w.task_path) for w in writes} == {
+            ("task-0", "~__pregel_push, 0"),
+            ("task-1", "~__pregel_pull, a"),
+            ("task-2", "~__pregel_pull, b"),
+        }
+        assert writes[0].task_path == "~__pregel_pull, a"  # writes_sort_key: by path first
+        assert (
+            saver.get_writes(cfg("t", checkpoint_id="1ef00000-0000-6000-8000-000000000000")) == []
+        )
+        assert (
+            saver.get_writes(cfg("nobody", checkpoint_id=stored["configurable"]["checkpoint_id"]))
+            == []
+        )
+        with pytest.raises(ConfigurationError, match="checkpoint_id"):
+            saver.get_writes(cfg("t"))
+
+
+def _claim_value(client: Any, saver: Any, thread_id: str) -> dict[str, Any] | None:
+    raw = client.get(saver._plans.claim_key(thread_id))
+    return None if raw is None else json.loads(raw)
+
+
+def check_claims_conflict_and_release(a: Any, b: Any, client: Any) -> None:
+    with a.claim_thread("t"):
+        with pytest.raises(ThreadBusyError) as info, b.claim_thread("t"):
+            pytest.fail("a second claim of a held thread was granted")
+        assert info.value.thread_id == "t"
+        assert info.value.holder["pid"] == os.getpid()
+        assert {"pid", "host", "since"} <= set(info.value.holder)
+        assert "token" not in info.value.holder
+        assert f"pid {os.getpid()}" in str(info.value)
+        with pytest.raises(ThreadBusyError), a.claim_thread("t"):  # the same saver, too
+            pass
+        with b.claim_thread("u"), b.claim_thread("线程 {x}"):  # other threads are free
+            assert _claim_value(client, b, "u") is not None
+        assert _claim_value(client, b, "u") is None  # released on exit
+        assert _claim_value(client, a, "t")["thread_id"] == "t"
+    assert _claim_value(client, a, "t") is None
+    with pytest.raises(RuntimeError, match="inside"), b.claim_thread("t"):
+        raise RuntimeError("inside")
+    with a.claim_thread("t"):  # released after an exception too
+        pass
+
+
+def test_claims_conflict_between_savers_and_are_released_on_exit(
+    url: str, client: redis.Redis
+) -> None:
+    with open_checkpointer(url) as a, open_checkpointer(url) as b:
+        check_claims_conflict_and_release(a, b, client)
+        key = a._plans.claim_key("t")
+        assert key == f"{prefix_of(url)}:{{t}}:claim".encode()
+        assert redis.cluster.key_slot(key) == redis.cluster.key_slot(a._plans.keys("t")[0])
+        with a.claim_thread("t"):
+            assert 29_000 < client.pttl(key) <= 30_000  # the default claim_ttl: 30 s
+            a.delete_thread("t")  # deleting the thread leaves the claim alone
+            assert client.exists(key)
+
+
+CLAIMER = """
+import sys, time
+sys.path.insert(0, {root!r})
+from statekeeper.checkpointers import open_checkpointer
+saver = open_checkpointer({url!r}, claim_ttl=1)
+with saver.claim_thread("t"):
+    print("claimed", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_killed_holders_claim_expires_after_the_ttl(url: str) -> None:
+    code = CLAIMER.format(root=str(ROOT), url=url)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "claimed"
+        time.sleep(1.2)  # beyond the ttl: the holder's renewals kept it
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        killed = time.monotonic()
+        with open_checkpointer(url) as saver:
+            with pytest.raises(ThreadBusyError) as info, saver.claim_thread("t"):
+                pass
+            assert info.value.holder["pid"] == proc.pid
+            while True:
+                try:
+                    with saver.claim_thread("t"):
+                        break
+                except ThreadBusyError:
+                    assert time.monotonic() - killed < 5
+                    time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def check_renewal_and_loss(a: Any, b: Any, client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with a.claim_thread("t"):
+        time.sleep(1.0)  # more than three times the ttl
+        with pytest.raises(ThreadBusyError), b.claim_thread("t"):
+            pass
+        assert 0 < client.pttl(a._plans.claim_key("t")) <= 300
+        assert not [r for r in caplog.records if r.levelname == "WARNING"]
+        # the claim expires (as if this process had been cut off) and another run takes it
+        client.delete(a._plans.claim_key("t"))
+        other = json.dumps({"pid": 1, "host": "elsewhere", "since": "then", "token": "x"})
+        client.set(a._plans.claim_key("t"), other, px=5000)
+        time.sleep(0.4)
+    assert client.get(a._plans.claim_key("t")) == other.encode()  # the release left it alone
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert record.name == "statekeeper.checkpointers.redis"
+    assert "lost the claim on thread 't'" in record.getMessage()
+    assert "elsewhere" in record.getMessage()
+    assert "'x'" not in record.getMessage()
+
+
+def test_a_held_claim_is_renewed_and_a_lost_one_is_logged(
+    url: str, client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    with open_checkpointer(url, claim_ttl=0.3) as a, open_checkpointer(url) as b:
+        check_renewal_and_loss(a, b, client, caplog)
+
+
+def test_claims_on_a_cluster(cluster_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    admin = client_for(REDIS.prefixes[prefix_of(cluster_url)])
+    try:
+        with open_checkpointer(cluster_url) as a, open_checkpointer(cluster_url) as b:
+            check_claims_conflict_and_release(a, b, admin)
+        with (
+            open_checkpointer(cluster_url, claim_ttl=0.3) as a,
+            open_checkpointer(cluster_url) as b,
+        ):
+            check_renewal_and_loss(a, b, admin, caplog)
+            nodes = set()
+            for tid in "abcdefgh":
+                with a.claim_thread(tid):
+                    nodes.add(admin.get_node_from_key(a._plans.claim_key(tid)).port)
+            assert len(nodes) > 1  # the claims are spread over the nodes
+    finally:
+        admin.close()
 
 
 # -- faults ------------------------------------------------------------------------------

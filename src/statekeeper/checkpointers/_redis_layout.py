@@ -25,6 +25,7 @@ from statekeeper._redis import ordered, pack, split_ordered
 from statekeeper._redis import tag as tag_of
 from statekeeper._redis import unpack as unpack_parts
 from statekeeper._redis_io import Cmd
+from statekeeper.checkpointers._base import TaskWrite
 from statekeeper.checkpointers._deltas import (
     RecentPayloads,
     Remembered,
@@ -46,15 +47,20 @@ __all__ = [
     "encode_value",
     "encode_write",
     "first",
+    "pending",
     "rank",
     "swap",
     "unstable",
     "value_chains",
+    "version_part",
+    "version_text",
 ]
 
 END = b"\x00\x01"  # ends every ordered part
 Item = list[Any]  # one READ reply entry: [ref, record | None, value chains, write pairs]
 _INVERT = bytes(range(255, -1, -1))
+_NAMES = tuple(name.encode() for name in THREAD_KEYS)
+_MEMO = 4096  # threads whose tag and key names are kept (a function of the id: never stale)
 
 
 class Layout:
@@ -70,20 +76,54 @@ class Layout:
         self.compress = compress
         self.registry = f"{prefix}:threads".encode()  # sorted set: thread tag -> expiry
         self.written = Written()  # this process' last list values: delta bases, known reads
+        self._names: dict[str, tuple[str, tuple[bytes, ...]]] = {}
+
+    def _thread(self, thread_id: str) -> tuple[str, tuple[bytes, ...]]:
+        names = self._names.get(thread_id)
+        if names is None:
+            if len(self._names) >= _MEMO:
+                self._names.clear()
+            tag = tag_of(thread_id)
+            base = f"{self.prefix}:{{{tag}}}:".encode()
+            names = self._names[thread_id] = (tag, tuple(base + name for name in _NAMES))
+        return names
 
     def keys(self, thread_id: str) -> tuple[bytes, ...]:
         """The keys of one thread, in ``THREAD_KEYS`` order; all share its hash tag."""
-        base = f"{self.prefix}:{{{tag_of(thread_id)}}}:".encode()
-        return tuple(base + name.encode() for name in THREAD_KEYS)
+        return self._thread(thread_id)[1]
+
+    def tag(self, thread_id: str) -> str:
+        """The thread's tag (:func:`~statekeeper._redis.tag`): its registry member."""
+        return self._thread(thread_id)[0]
 
     def score(self) -> str:
         """The registry score of a thread written now: when its keys expire (ms)."""
         return f"{time.time() * 1000 + self.ttl_ms:.0f}" if self.ttl_ms else "+inf"
 
+    def claim_key(self, thread_id: str) -> bytes:
+        """The key of the thread's claim (``claim_thread``), with the thread's hash tag."""
+        return f"{self.prefix}:{{{self.tag(thread_id)}}}:claim".encode()
+
     def touch(self, thread_id: str, *, only_existing: bool = False) -> Cmd:
         """Register the thread (or move its expiry) in the registry of threads."""
         flags = ("XX",) if only_existing else ()
-        return Cmd(("ZADD", self.registry, *flags, self.score(), tag_of(thread_id)))
+        return Cmd(("ZADD", self.registry, *flags, self.score(), self.tag(thread_id)))
+
+
+def version_text(version: Any) -> str:
+    """A channel version as stored (its JSON text), without ``json.dumps`` for the usual
+    versions: text of printable ASCII without quotes or backslashes, or an integer."""
+    if type(version) is str and version.isascii() and version.isprintable():
+        if '"' not in version and "\\" not in version:
+            return f'"{version}"'
+    elif type(version) is int:
+        return str(version)
+    return json.dumps(version)
+
+
+def version_part(version: Any) -> bytes:
+    """The version part of a value field: ``ordered(version_text(version))``."""
+    return ordered(version_text(version))
 
 
 def swap(member: bytes) -> bytes:
@@ -265,8 +305,9 @@ class Payloads:
 
 def decode_writes(
     serde: SerializerProtocol, pairs: Sequence[bytes | None], channel: str | None = None
-) -> list[PendingWrite]:
-    """Decoded writes from ``[field, value, ...]``, in ``writes_sort_key`` order."""
+) -> list[TaskWrite]:
+    """Decoded writes from ``[field, value, ...]`` (of ``channel`` only, if given), in
+    ``writes_sort_key`` order."""
     rows = []
     for i in range(0, len(pairs), 2):
         write_field, value = pairs[i], pairs[i + 1]
@@ -278,9 +319,14 @@ def decode_writes(
             rows.append((path.decode(), task_id, int(idx), ch.decode(), type_, codec, payload))
     rows.sort(key=lambda r: writes_sort_key(r[0], r[1], r[2]))
     return [
-        (task_id, ch, decode(serde, t.decode(), c.decode(), payload))
-        for _, task_id, _, ch, t, c, payload in rows
+        TaskWrite(task_id, path, ch, decode(serde, t.decode(), c.decode(), payload))
+        for path, task_id, _, ch, t, c, payload in rows
     ]
+
+
+def pending(writes: list[TaskWrite]) -> list[PendingWrite]:
+    """``writes`` as ``CheckpointTuple.pending_writes`` holds them (no task path)."""
+    return [(w.task_id, w.channel, w.value) for w in writes]
 
 
 def encode_write(channel: str, task_path: str, type_: str, codec: str, data: bytes) -> bytes:

@@ -118,13 +118,16 @@ local function deadline(ttl)
   return string.format('%.0f', ms + ttl)
 end
 
--- all thread keys expire together (one deadline), or never (ttl 0)
+-- all thread keys expire together (one deadline), or never (ttl 0). Called after bump():
+-- refs then exists and has the thread's expiry (every write sets the stamp in it, and a
+-- refs the stamp creates gets the thread's expiry), so its PTTL tells whether the thread
+-- had one.
 local function expire(ttl)
   ttl = tonumber(ttl)
   if ttl > 0 then
     local at = deadline(ttl)
     for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], at) end
-  elseif ttl == 0 and (redis.call('PTTL', KEYS[3]) >= 0 or redis.call('PTTL', KEYS[6]) >= 0) then
+  elseif ttl == 0 and redis.call('PTTL', KEYS[5]) >= 0 then
     for i = 1, 8 do redis.call('PERSIST', KEYS[i]) end  -- a saver with a ttl wrote before
   end
 end
@@ -155,21 +158,20 @@ local function release(fields)
   end
 end
 
--- store a value (base field and crc may be ''); a delta holds a reference on its base
+-- store a value (base field and crc may be ''); a delta holds a reference on its base.
+-- Only a value stored again (a retried put) can have an old base and crc to replace.
 local function set_value(f, v, base, crc)
-  local old = redis.call('HGET', KEYS[5], '\254' .. f)
+  local old = false
+  if redis.call('HSET', KEYS[4], f, v) == 0 then
+    old = redis.call('HGET', KEYS[5], '\254' .. f)
+    redis.call('HDEL', KEYS[5], '\254' .. f, '\255' .. f)
+  end
   if base ~= '' then
     redis.call('HINCRBY', KEYS[5], base, 1)
-    redis.call('HSET', KEYS[5], '\254' .. f, base)
-  elseif old then
-    redis.call('HDEL', KEYS[5], '\254' .. f)
-  end
-  if crc ~= '' then
+    redis.call('HSET', KEYS[5], '\254' .. f, base, '\255' .. f, crc)
+  elseif crc ~= '' then
     redis.call('HSET', KEYS[5], '\255' .. f, crc)
-  else
-    redis.call('HDEL', KEYS[5], '\255' .. f)
   end
-  redis.call('HSET', KEYS[4], f, v)
   if old then release({old}) end
 end
 
@@ -203,22 +205,22 @@ end
 
 -- Count up the change stamp of the thread whose ids, refs and wix keys are given (the
 -- field '\255' of refs, see the module docstring); a thread with no checkpoints and no
--- writes left drops it. A refs hash the stamp creates gets the thread's expiry.
-local function bump(ids, refs, wix)
-  if redis.call('EXISTS', ids) == 0 and redis.call('EXISTS', wix) == 0 then
+-- writes left drops it (`live`: the caller just wrote some). A refs hash the stamp
+-- creates gets the thread's expiry.
+local function bump(ids, refs, wix, live)
+  if not live and redis.call('EXISTS', ids) == 0 and redis.call('EXISTS', wix) == 0 then
     redis.call('HDEL', refs, '\255')
     return
   end
   local old = redis.call('HGET', refs, '\255')
-  local epoch, n
+  local epoch, n, fresh
   if old then
     local c = string.find(old, ':', 1, true)
-    epoch, n = string.sub(old, 1, c - 1), tonumber(string.sub(old, c + 1))
+    epoch, n, fresh = string.sub(old, 1, c - 1), tonumber(string.sub(old, c + 1)), false
   else
     local now = redis.call('TIME')
-    epoch, n = now[1] .. '.' .. now[2], 0
+    epoch, n, fresh = now[1] .. '.' .. now[2], 0, redis.call('EXISTS', refs) == 0
   end
-  local fresh = redis.call('EXISTS', refs) == 0
   redis.call('HSET', refs, '\255', epoch .. ':' .. string.format('%d', n + 1))
   if fresh then
     local ms = redis.call('PTTL', ids)
@@ -265,17 +267,16 @@ register()
 for i = 7, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
 local _, fields = header(rec)
 for i = 1, #fields do redis.call('HINCRBY', KEYS[5], fields[i], 1) end
-local old = redis.call('HGET', KEYS[3], ref)
-if old then
+local old = redis.call('ZADD', KEYS[2], 0, ref) == 0 and redis.call('HGET', KEYS[3], ref)
+if old then  -- stored before (a retried put): replace that record
   local oldrun, oldfields = header(old)
   release(oldfields)
   if oldrun ~= '' and oldrun .. ref ~= run then redis.call('ZREM', KEYS[8], oldrun .. ref) end
 end
 redis.call('HSET', KEYS[3], ref, rec)
 redis.call('ZADD', KEYS[1], 0, swap(ref))
-redis.call('ZADD', KEYS[2], 0, ref)
 if run ~= '' then redis.call('ZADD', KEYS[8], 0, run) end
-bump(KEYS[1], KEYS[5], KEYS[7])
+bump(KEYS[1], KEYS[5], KEYS[7], true)
 expire(ARGV[1])
 return 1
 """
@@ -296,7 +297,7 @@ for i = 4, #ARGV, 3 do
   end
   redis.call('ZADD', KEYS[7], 0, ARGV[i])
 end
-bump(KEYS[1], KEYS[5], KEYS[7])
+bump(KEYS[1], KEYS[5], KEYS[7], true)
 expire(ARGV[1])
 return 1
 """

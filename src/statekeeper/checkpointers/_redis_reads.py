@@ -24,6 +24,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._redis import ordered, split_ordered, untag
 from statekeeper._redis_io import Batch, Cmd, Emit, Eval, Op, Stream
 from statekeeper.checkpointers import _redis_lua as lua
+from statekeeper.checkpointers._base import TaskWrite
 from statekeeper.checkpointers._common import (
     before_id,
     checkpoint_config,
@@ -39,11 +40,13 @@ from statekeeper.checkpointers._redis_layout import (
     Payloads,
     Record,
     decode_writes,
+    pending,
     rank,
     swap,
     unstable,
     value_chains,
 )
+from statekeeper.errors import ConfigurationError
 
 __all__ = ["PAGE", "SCAN", "Reads"]
 
@@ -130,6 +133,16 @@ class Reads(Layout):
         if not items or not items[0][1]:
             return None
         return self._tuple(serde, thread_id, items[0], Payloads(data))
+
+    def writes(self, serde: SerializerProtocol, config: RunnableConfig) -> Op[list[TaskWrite]]:
+        """The pending writes of the checkpoint ``config`` names, as ``get_tuple`` orders
+        them, with their task paths; ``[]`` for an unknown checkpoint. One script call."""
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("get_writes needs a checkpoint_id in the config")
+        ref = ordered(ns) + ordered(checkpoint_id)
+        items = yield from self._read(thread_id, self.keys(thread_id), "w", "refs", ref)
+        return decode_writes(serde, items[0][3]) if items else []
 
     def listing(
         self,
@@ -320,7 +333,7 @@ class Reads(Layout):
             parent_config=(
                 checkpoint_config(thread_id, ns, record.parent) if record.parent else None
             ),
-            pending_writes=decode_writes(serde, write_pairs),
+            pending_writes=pending(decode_writes(serde, write_pairs)),
         )
 
     # -- DeltaChannel support ------------------------------------------------------------
@@ -397,7 +410,7 @@ class Reads(Layout):
             channels,
             chains,
             decoded,
-            lambda cid, ch: decode_writes(serde, writes.get(cid, []), ch),
+            lambda cid, ch: pending(decode_writes(serde, writes.get(cid, []), ch)),
         )
 
     # -- the registry of threads ---------------------------------------------------------

@@ -11,7 +11,6 @@ script renames onto the target all at once, if the source's change stamp (see
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,6 +44,8 @@ from statekeeper.checkpointers._redis_layout import (
     encode_write,
     first,
     swap,
+    version_part,
+    version_text,
 )
 from statekeeper.checkpointers._redis_reads import PAGE, SCAN, Reads, _holds
 from statekeeper.errors import ConfigurationError, StorageError, ThreadExistsError
@@ -71,7 +72,7 @@ class Plans(Reads):
         server, just before it in a Cluster (the registry is in another slot there)."""
         keys = self.keys(thread_id)
         if not self.cluster:
-            extra = (self.score(), tag_of(thread_id))
+            extra = (self.score(), self.tag(thread_id))
             return (yield Eval(script, (*keys, self.registry), (ttl, *extra, *args)))
         _, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
         return reply
@@ -90,10 +91,14 @@ class Plans(Reads):
         values: dict[str, Any] = stripped.pop("channel_values", None) or {}
         cp_type, cp_codec, cp_data = encode(serde, stripped, compress=self.compress)
         ens = ordered(ns)
+        fields: dict[tuple[str, Any], bytes] = {}  # (channel, version) -> value field
 
         def value_field(channel: str, version: Any) -> bytes:
-            channel = check_id(channel, "channel name", allow_empty=True)
-            return ens + ordered(channel) + ordered(json.dumps(version))
+            found = fields.get((channel, version))
+            if found is None:
+                name = check_id(channel, "channel name", allow_empty=True)
+                found = fields[channel, version] = ens + ordered(name) + version_part(version)
+            return found
 
         load = [value_field(ch, v) for ch, v in checkpoint["channel_versions"].items()]
         blobs: list[bytes] = []  # per value: field, value, base field, base crc, crc
@@ -106,7 +111,7 @@ class Plans(Reads):
                     serde,
                     key,
                     channel,
-                    json.dumps(version),
+                    version_text(version),
                     values[channel],
                     recent=self.written.recent,
                     compress=self.compress,

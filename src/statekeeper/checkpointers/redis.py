@@ -13,6 +13,7 @@ same operation code (:mod:`statekeeper.checkpointers._redis_reads` and
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -31,13 +32,15 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._redis import SCHEMES, RedisTarget
 from statekeeper._redis_io import Batch, Cmd, Connection, Op
 from statekeeper._urls import StorageURL, parse_options, parse_url
-from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.checkpointers._base import Checkpointer, TaskWrite
 from statekeeper.checkpointers._payload import safe_serde
+from statekeeper.checkpointers._redis_claims import CLAIM_TTL, Claims
 from statekeeper.checkpointers._redis_writes import Plans
 from statekeeper.errors import ConfigurationError, SchemaVersionError
 
 __all__ = ["RedisCheckpointer"]
 
+TaskWrites = list[TaskWrite]
 LAYOUT_VERSION = 1
 _OPTIONS: dict[str, type] = {
     "prefix": str,
@@ -49,6 +52,7 @@ _OPTIONS: dict[str, type] = {
     "socket_timeout": float,
     "ssl_ca_certs": str,
     "ssl_cert_reqs": str,
+    "claim_ttl": float,
 }
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 
@@ -72,6 +76,8 @@ class RedisCheckpointer(Checkpointer):
             1 s between attempts), after a dropped connection or a timeout.
         socket_timeout: seconds to wait for a connection or a reply.
         ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs.
+        claim_ttl: seconds a ``claim_thread`` claim outlives its holder (it is renewed
+            every third of that while held, so only a dead or cut-off holder loses it).
 
     Guarantees: each ``put`` and ``put_writes`` is one Lua script, so a reader never sees
     a checkpoint without its values and writes, and a put interrupted at any point is
@@ -101,6 +107,7 @@ class RedisCheckpointer(Checkpointer):
         socket_timeout: float = 10.0,
         ssl_ca_certs: str | None = None,
         ssl_cert_reqs: str = "required",
+        claim_ttl: float = CLAIM_TTL,
     ) -> None:
         parsed = parse_url(url, list(SCHEMES))
         if parsed.options:
@@ -116,6 +123,12 @@ class RedisCheckpointer(Checkpointer):
             raise ConfigurationError(f"option ttl must be a number of seconds > 0, got {ttl!r}")
         if refresh_on_read and ttl is None:
             raise ConfigurationError("option refresh_on_read needs a ttl")
+        if isinstance(claim_ttl, bool) or not (
+            isinstance(claim_ttl, int | float) and claim_ttl > 0
+        ):
+            raise ConfigurationError(
+                f"option claim_ttl must be a number of seconds > 0, got {claim_ttl!r}"
+            )
         super().__init__(serde=serde or safe_serde())
         self.target = RedisTarget.from_url(
             parsed,
@@ -129,6 +142,7 @@ class RedisCheckpointer(Checkpointer):
         ttl_ms = round(ttl * 1000) if ttl else 0
         self._plans = Plans(prefix, ttl_ms, refresh_on_read, compress, self.target.cluster)
         self._conn = Connection(self.target)
+        self._claims = Claims(self._conn, self._plans, claim_ttl)
         try:
             self._conn.run(self._check_layout())
         except BaseException:
@@ -202,6 +216,24 @@ class RedisCheckpointer(Checkpointer):
         ``before``; at most ``limit``. Read lazily, a page per script call."""
         plan = self._plans.listing(self.serde, config, filter, before, limit)
         yield from self._conn.iterate(plan)
+
+    def get_writes(self, config: RunnableConfig) -> TaskWrites:
+        """The pending writes of the checkpoint ``config`` names (``checkpoint_id``
+        required), in ``get_tuple``'s order, with their task paths; ``[]`` for an unknown
+        checkpoint. One script call."""
+        return self._conn.run(self._plans.writes(self.serde, config))
+
+    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """Claim ``thread_id`` for a ``with`` block, across every process and host using
+        this server and prefix: a key set only if absent, renewed while held, deleted on
+        exit, and expiring ``claim_ttl`` seconds after a dead holder's last renewal.
+        Details, and what happens when a renewal finds the claim lost: docs/redis.md.
+
+        Raises:
+            ThreadBusyError: another run holds the claim; the error names the holder.
+            InvalidIdError: ``thread_id`` cannot be stored.
+        """
+        return self._claims.claim(thread_id)
 
     def put(
         self,
