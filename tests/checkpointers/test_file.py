@@ -37,6 +37,7 @@ from statekeeper.checkpointers._file_layout import (
     is_hashed,
     value_file_name,
 )
+from statekeeper.checkpointers._file_values import INLINE_LIMIT
 from statekeeper.errors import (
     ConfigurationError,
     CorruptCheckpointError,
@@ -51,11 +52,14 @@ from tests.checkpointers.test_contract import cfg, cp_id, new_id, put, writes_of
 
 def payload(channel: str, version: str) -> dict[str, Any]:
     """The value a test stores for ``channel`` at ``version``: derived from both, so any
-    loaded value can be checked; a few KiB (compressed, spanning pages) when it is a blob."""
+    loaded value can be checked; when it is a blob, more than INLINE_LIMIT bytes that do
+    not compress, so it gets its own file in ``values/``."""
     seed = f"{channel}@{version}"
     digest = hashlib.sha256(seed.encode()).digest()
-    size = 1 + digest[0] * 40 if channel == "blob" else 1
-    return {"seed": seed, "raw": digest * size}
+    if channel != "blob":
+        return {"seed": seed, "raw": digest}
+    size = INLINE_LIMIT + 1 + digest[0] * 40
+    return {"seed": seed, "raw": hashlib.shake_256(seed.encode()).digest(size)}
 
 
 def history(step: int) -> list[str]:
@@ -128,6 +132,18 @@ def all_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
+def log_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON of every line of a ``checkpoints`` or ``writes`` log, header first."""
+    return [json.loads(line.split(" ", 1)[1]) for line in path.read_text().splitlines()]
+
+
+def stored_records(root: Path, channel: str, thread: str = "t") -> dict[str, dict[str, Any]]:
+    """Every value record of ``channel`` the thread's ``checkpoints`` lines hold (deleted
+    checkpoints' lines too), by version."""
+    lines = log_lines(root / "threads" / thread / "~" / "checkpoints")[1:]
+    return {r["version"]: r for line in lines for r in line["stored"] if r["channel"] == channel}
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     return tmp_path / "store"
@@ -194,6 +210,15 @@ def test_a_newer_format_is_refused(root: Path) -> None:
         FileCheckpointer(root)
 
 
+def test_a_format_1_directory_is_refused_with_how_to_move_its_data(root: Path) -> None:
+    FileCheckpointer(root).close()
+    marker = root / "statekeeper.json"
+    marker.write_text('{"format": "statekeeper-file", "version": 1}')
+    with pytest.raises(SchemaVersionError, match=r"version 1, which .* no longer reads.*new"):
+        FileCheckpointer(root)
+    assert marker.read_text() == '{"format": "statekeeper-file", "version": 1}'  # untouched
+
+
 def test_corrupt_checkpoint_error_is_a_storage_error_and_pickles() -> None:
     error = CorruptCheckpointError("bad", path="/p", thread_id="t", checkpoint_id="c")
     copy = pickle.loads(pickle.dumps(error))
@@ -211,21 +236,30 @@ def test_layout_is_a_folder_per_thread_with_readable_json(saver: Any, root: Path
 
     ns_dir = root / "threads" / "^thread-1" / "~"
     assert sorted(p.name for p in ns_dir.iterdir()) == ["checkpoints", "values", "writes"]
-    lines = (ns_dir / "checkpoints").read_text().splitlines()
-    records = [json.loads(line.split(" ", 1)[1]) for line in lines]
+    records = log_lines(ns_dir / "checkpoints")
     assert records[0]["thread_id"] == "Thread-1"
+    assert records[0]["version"] == 2
     assert [r["checkpoint_id"] for r in records[1:]] == [cp_id(first), cp_id(second)]
     assert records[1]["metadata"] == {"note": "héllo", "step": 3}
     assert records[2]["parent_checkpoint_id"] == cp_id(first)
-    values = sorted(p.name for p in (ns_dir / "values").iterdir())
-    assert len(values) == 3  # log twice, blob once: each (channel, version) stored once
-    assert sum(name.startswith("blob@") for name in values) == 1
-    assert sorted(p.name for p in (ns_dir / "writes").iterdir()) == sorted(
-        [cp_id(first), cp_id(second)]
-    )
-    value_file = (ns_dir / "values" / values[0]).read_bytes()
+    # log twice, blob once: each (channel, version) stored once, by the put that made it
+    assert [[r["channel"] for r in line["stored"]] for line in records[1:]] == [
+        ["log", "blob"],
+        ["log"],
+    ]
+    assert records[2]["values"] == {"log": cp_id(second), "blob": cp_id(first)}
+    assert "data" in records[1]["stored"][0]  # small: inline, base64
+    blob = records[1]["stored"][1]
+    assert [p.name for p in (ns_dir / "values").iterdir()] == [blob["file"]]  # large: a file
+    value_file = (ns_dir / "values" / blob["file"]).read_bytes()
     assert value_file.startswith(b"statekeeper-record 1 ")
     assert json.loads(value_file.split(b"\n")[1])["kind"] == "value"
+    writes = log_lines(ns_dir / "writes")
+    assert writes[0]["format"] == "statekeeper-writes"
+    assert [(w["checkpoint_id"], w["task_id"]) for w in writes[1:]] == [
+        (cp_id(first), "task-3"),
+        (cp_id(second), "task-4"),
+    ]
 
 
 def test_stray_files_in_the_directory_are_ignored(saver: Any, root: Path) -> None:
@@ -431,17 +465,26 @@ def _history(saver: Any, steps: int = 6) -> list[dict]:
 
 
 def _value_file(root: Path, config: dict, channel: str, saver: Any) -> Path:
+    """The file of a large value (a ``blob``) that ``config``'s checkpoint uses."""
     tup = saver.get_tuple(config)
     version = tup.checkpoint["channel_versions"][channel]
     return root / "threads" / "t" / "~" / "values" / value_file_name(channel, version)
+
+
+def _writes_line(root: Path, config: dict) -> int:
+    """The offset of the first byte of the line of the writes log of ``config``'s task."""
+    data = (root / "threads" / "t" / "~" / "writes").read_bytes()
+    return data.index(
+        json.dumps({"checkpoint_id": cp_id(config)}, separators=(",", ":")).encode()[:-1]
+    )
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "empty", "delete"])
 def test_a_damaged_value_file_raises_naming_thread_checkpoint_and_file(
     saver: Any, root: Path, damage: str
 ) -> None:
-    configs = _history(saver)
-    path = _value_file(root, configs[-1], "log", saver)
+    configs = _history(saver)  # blobs at steps 3 and 6
+    path = _value_file(root, configs[-1], "blob", saver)
     if damage == "flip":
         _flip_byte(path)
     elif damage == "truncate":
@@ -467,17 +510,22 @@ def test_a_damaged_value_file_raises_naming_thread_checkpoint_and_file(
     check_loaded(saver.get_tuple(configs[-2]))  # others are unaffected
 
 
-def test_a_damaged_writes_file_raises_and_is_never_overwritten(saver: Any, root: Path) -> None:
-    configs = _history(saver, 2)
-    path = root / "threads" / "t" / "~" / "writes" / cp_id(configs[-1])
-    path.write_bytes(path.read_bytes()[:-3])
+def test_a_damaged_writes_line_raises_and_is_never_overwritten(saver: Any, root: Path) -> None:
+    configs = _history(saver, 3)
+    path = root / "threads" / "t" / "~" / "writes"
+    _flip_byte(path, _writes_line(root, configs[1]) + 70)
     damaged = path.read_bytes()
 
-    with pytest.raises(CorruptCheckpointError, match="truncated"):
-        saver.get_tuple(configs[-1])
+    with pytest.raises(CorruptCheckpointError, match="checksum mismatch") as info:
+        saver.get_tuple(configs[1])
+    assert (info.value.path, info.value.checkpoint_id) == (str(path), cp_id(configs[1]))
     with pytest.raises(CorruptCheckpointError):
-        saver.put_writes(configs[-1], [("log", "more")], "task-new")
+        saver.put_writes(configs[1], [("log", "more")], "task-new")
     assert path.read_bytes() == damaged
+    for config in (configs[0], configs[2]):  # the other checkpoints' writes still read
+        check_loaded(saver.get_tuple(config))
+        step = saver.get_tuple(config).metadata["step"]
+        assert writes_of(saver.get_tuple(config)) == [(f"task-{step}", "log", f"w{step}")]
 
 
 def test_fallback_returns_the_newest_intact_checkpoint_with_a_warning(
@@ -508,7 +556,7 @@ def test_fallback_skips_a_checkpoint_whose_value_is_damaged_but_not_one_asked_fo
 ) -> None:
     with FileCheckpointer(root, on_corrupt="fallback") as saver:
         configs = _history(saver, 3)  # step 3 has the only blob
-        _flip_byte(_value_file(root, configs[-1], "log", saver))
+        _flip_byte(_value_file(root, configs[-1], "blob", saver))
         with caplog.at_level(logging.WARNING, logger="statekeeper.checkpointers.file"):
             assert saver.get_tuple(cfg("t")).config == configs[-2]  # type: ignore[union-attr]
         assert cp_id(configs[-1]) in caplog.text
@@ -519,9 +567,9 @@ def test_fallback_skips_a_checkpoint_whose_value_is_damaged_but_not_one_asked_fo
 def test_verify_lists_damage_and_quarantine_moves_it_aside(saver: Any, root: Path) -> None:
     configs = _history(saver, 6)  # blobs at steps 3 and 6
     blob = _value_file(root, configs[2], "blob", saver)  # used by steps 3, 4 and 5
-    writes = root / "threads" / "t" / "~" / "writes" / cp_id(configs[0])
+    writes = root / "threads" / "t" / "~" / "writes"
     _flip_byte(blob)
-    writes.write_bytes(writes.read_bytes()[:-1])
+    _flip_byte(writes, _writes_line(root, configs[0]) + 70)
     damaged = {blob.name: blob.read_bytes(), writes.name: writes.read_bytes()}
     assert saver.verify() == saver.verify()  # verify alone changes nothing
 
@@ -529,7 +577,7 @@ def test_verify_lists_damage_and_quarantine_moves_it_aside(saver: Any, root: Pat
     by_path = {(str(f.path), f.checkpoint_id): f.reason for f in found}
     checkpoints = root / "threads" / "t" / "~" / "checkpoints"
     assert "checksum mismatch" in by_path[(str(blob), None)]
-    assert "truncated" in by_path[(str(writes), cp_id(configs[0]))]
+    assert "checksum mismatch" in by_path[(str(writes), cp_id(configs[0]))]
     for i in (0, 2, 3, 4):  # step 1 (its writes) and steps 3-5 (the blob)
         assert (str(checkpoints), cp_id(configs[i])) in by_path
     assert len(found) == 6
@@ -552,21 +600,22 @@ def test_a_damaged_line_in_the_middle_is_named_skipped_or_quarantined(
         configs = _history(saver, 5)
     checkpoints = root / "threads" / "t" / "~" / "checkpoints"
     lines = checkpoints.read_bytes().split(b"\n")
-    lines[3] = lines[3].replace(b'"step":3', b'"step":4')  # the third checkpoint's line
+    # the second checkpoint's line: no later checkpoint uses a value stored in it
+    lines[2] = lines[2].replace(b'"step":2', b'"step":3')
     checkpoints.write_bytes(b"\n".join(lines))
 
     with FileCheckpointer(root) as strict:
         assert strict.get_tuple(cfg("t")).config == configs[-1]  # type: ignore[union-attr]
-        with pytest.raises(CorruptCheckpointError, match=cp_id(configs[2])):
+        with pytest.raises(CorruptCheckpointError, match=cp_id(configs[1])):
             list(strict.list(cfg("t")))
     with FileCheckpointer(root, on_corrupt="fallback") as lenient:
         with caplog.at_level(logging.WARNING, logger="statekeeper.checkpointers.file"):
             listed = [t.config for t in lenient.list(cfg("t"))]
-        assert listed == [configs[4], configs[3], configs[1], configs[0]]
+        assert listed == [configs[4], configs[3], configs[2], configs[0]]
         assert "checksum mismatch" in caplog.text
         found = lenient.verify(quarantine=True)
-        assert [(f.path, f.checkpoint_id) for f in found] == [(checkpoints, None)]
-        assert cp_id(configs[2]) in found[0].reason
+        assert [(f.path, f.checkpoint_id) for f in found] == [(checkpoints, cp_id(configs[1]))]
+        assert cp_id(configs[1]) in found[0].reason
         assert lenient.verify() == []
     with FileCheckpointer(root) as strict:
         assert [t.config for t in strict.list(cfg("t"))] == listed
@@ -587,6 +636,58 @@ def test_a_torn_last_line_is_ignored_and_cut_off_by_the_next_writer(saver: Any, 
     assert [t.config for t in saver.list(cfg("t"))] == [after, *configs[::-1]]
 
 
+# -- flushes ----------------------------------------------------------------------------
+
+
+def test_a_put_and_a_put_writes_flush_once_each(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flushed: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def counting(fd: int, real: Callable[[int], None] = real, name: str = name) -> None:
+            flushed.append(name)
+            real(fd)
+
+        monkeypatch.setattr(os, name, counting)
+    with FileCheckpointer(root) as saver:
+        versions: dict[str, str] = {}
+        first = put_step(saver, cfg("t"), versions, 1, history=True)  # creates the folders
+        flushed.clear()
+        second = put_step(saver, first, versions, 2, history=True)
+        assert flushed == ["fdatasync", "fdatasync"]  # the checkpoint's line, the writes'
+        flushed.clear()
+        put_step(saver, second, versions, 3)  # a large blob: its file, values/, the lines
+        assert sorted(flushed) == ["fdatasync", "fdatasync", "fdatasync", "fsync"]
+
+
+def test_a_late_write_for_an_older_checkpoint_keeps_the_writes_log_sorted(
+    saver: Any, root: Path
+) -> None:
+    configs = _history(saver, 3)
+    saver.put_writes(configs[0], [("log", "late")], "task-late")
+    saver.put_writes(configs[0], [("log", "again")], "task-late")  # (task, 0) is stored
+    ids = [line["checkpoint_id"] for line in log_lines(root / "threads/t/~/writes")[1:]]
+    assert ids == sorted(ids)
+    assert writes_of(saver.get_tuple(configs[0])) == [
+        ("task-1", "log", "w1"),
+        ("task-late", "log", "late"),
+    ]
+    assert writes_of(saver.get_tuple(configs[2])) == [("task-3", "log", "w3")]
+    assert saver.verify() == []
+
+
+def test_storing_a_checkpoint_again_keeps_the_values_others_use(saver: Any, root: Path) -> None:
+    configs = _history(saver, 4)  # step 3's blob is used by step 4
+    tup = saver.get_tuple(configs[2])
+    again = {**tup.checkpoint, "channel_values": {}}
+    saver.put(cfg("t"), again, {"step": 3, "again": True}, {})  # stores no value
+    assert saver.get_tuple(configs[2]).metadata["again"] is True  # type: ignore[union-attr]
+    check_loaded(saver.get_tuple(configs[3]))
+    assert saver.verify() == []
+
+
 # -- append deltas ------------------------------------------------------------------------
 
 
@@ -598,21 +699,12 @@ def _growing(saver: Any, steps: int) -> list[dict]:
     return configs
 
 
-def _history_files(root: Path) -> dict[str, dict[str, Any]]:
-    values = root / "threads" / "t" / "~" / "values"
-    return {
-        p.name: json.loads(p.read_bytes().split(b"\n")[1])
-        for p in values.iterdir()
-        if p.name.startswith("history@")
-    }
-
-
 def test_a_growing_list_is_stored_as_append_deltas_and_read_back_exactly(
     saver: Any, root: Path
 ) -> None:
     configs = _growing(saver, 20)
 
-    files = _history_files(root)
+    files = stored_records(root, "history")
     assert len(files) == 20
     assert sum("base" in meta for meta in files.values()) >= 15
     assert sum("base" not in meta for meta in files.values()) >= 2  # bounded chains
@@ -626,13 +718,15 @@ def test_a_growing_list_is_stored_as_append_deltas_and_read_back_exactly(
 def test_a_damaged_base_is_reported_for_every_checkpoint_built_on_it(root: Path) -> None:
     with FileCheckpointer(root) as saver:
         configs = _growing(saver, 6)
-        base = _value_file(root, configs[2], "history", saver)
-    _flip_byte(base)
+    checkpoints = root / "threads" / "t" / "~" / "checkpoints"
+    lines = checkpoints.read_bytes().split(b"\n")
+    lines[3] = lines[3].replace(b'"step":3', b'"step":4')  # the line holding the base
+    checkpoints.write_bytes(b"\n".join(lines))
 
     with FileCheckpointer(root) as saver:
         with pytest.raises(CorruptCheckpointError) as info:
             saver.get_tuple(cfg("t"))
-        assert info.value.path == str(base)
+        assert info.value.path == str(checkpoints)
         found = saver.verify()
         dependents = {f.checkpoint_id for f in found if f.path.name == "checkpoints"}
         assert dependents == {cp_id(c) for c in configs[2:]}
@@ -647,7 +741,7 @@ def test_prune_keeps_the_bases_a_surviving_delta_needs(saver: Any, root: Path) -
     saver.prune(["t"])
 
     assert [t.config for t in saver.list(cfg("t"))] == [configs[-1]]
-    assert len(_history_files(root)) == 8  # the newest, and the chain under it
+    assert len(stored_records(root, "history")) == 8  # the newest, and the chain under it
     with FileCheckpointer(root) as fresh:
         check_loaded(fresh.get_tuple(cfg("t")))
 
@@ -660,7 +754,7 @@ def test_a_delta_whose_base_was_deleted_meanwhile_is_stored_whole(root: Path) ->
         other.delete_thread("t")  # the base the writer remembers is gone
         third = put_step(writer, cfg("t"), versions, 3, history=True)
 
-    assert [("base" in meta) for meta in _history_files(root).values()] == [False]
+    assert [("base" in meta) for meta in stored_records(root, "history").values()] == [False]
     with FileCheckpointer(root) as fresh:
         check_loaded(fresh.get_tuple(third))
 
@@ -678,7 +772,7 @@ def test_overwriting_a_base_version_keeps_the_deltas_built_on_it(saver: Any, roo
         check_loaded(fresh.get_tuple(second))
         rewritten = fresh.get_tuple(first)
         assert rewritten.checkpoint["channel_values"]["history"] == ["rewritten"]
-    assert not any("base" in meta for meta in _history_files(root).values())
+    assert not any("base" in meta for meta in stored_records(root, "history").values())
 
 
 # -- several processes --------------------------------------------------------------------
@@ -772,16 +866,27 @@ def test_prune_and_delete_for_runs_remove_unused_values(saver: Any, root: Path) 
     first = put_step(saver, cfg("t"), versions, 3, metadata={"run_id": "r1"})
     second = put_step(saver, first, versions, 4, metadata={"run_id": "r2"})
     values = root / "threads" / "t" / "~" / "values"
-    assert len(list(values.iterdir())) == 3
+
+    def stored() -> int:
+        return len(stored_records(root, "log")) + len(stored_records(root, "blob"))
+
+    assert stored() == 3
 
     saver.delete_for_runs(["r2"])
     assert [t.config for t in saver.list(cfg("t"))] == [first]
-    assert len(list(values.iterdir())) == 2  # the second log version is gone
+    assert stored() == 2  # the second log version is gone
     second = put_step(saver, first, versions, 5)
     saver.prune(["t"])
     assert [t.config for t in saver.list(cfg("t"))] == [second]
-    assert len(list(values.iterdir())) == 2  # log@5 and the blob it still uses
+    assert stored() == 2  # log@5 and the blob it still uses (its line is kept for it)
+    assert len(list(values.iterdir())) == 1
     check_loaded(saver.get_tuple(cfg("t")))
+    third = put_step(saver, second, versions, 6)  # a new blob: the old one is unused
+    saver.prune(["t"])
+    assert [t.config for t in saver.list(cfg("t"))] == [third]
+    assert stored() == 2
+    assert [p.name for p in values.iterdir()] == [_value_file(root, third, "blob", saver).name]
+    assert len(log_lines(root / "threads" / "t" / "~" / "checkpoints")) == 2
 
 
 def test_fsync_false_still_writes_atomically(root: Path) -> None:
@@ -859,7 +964,7 @@ def test_quarantine_flushes_its_copy_before_rewriting_the_checkpoints_file(
     from statekeeper.checkpointers import _file_index, _file_verify
 
     configs = _history(saver, 3)
-    _flip_byte(_value_file(root, configs[-1], "log", saver))
+    _flip_byte(_value_file(root, configs[-1], "blob", saver))
     synced: list[Path] = []
     monkeypatch.setattr(_file_verify, "sync_dir", synced.append)
     rewrite = _file_index.rewrite
@@ -871,7 +976,7 @@ def test_quarantine_flushes_its_copy_before_rewriting_the_checkpoints_file(
 
     monkeypatch.setattr(_file_index, "rewrite", checked_rewrite)
     assert len(saver.verify(quarantine=True)) == 2
-    moved = next((root / "quarantine").rglob("log@*"))
+    moved = next((root / "quarantine").rglob("blob@*"))
     assert moved.parent in synced  # a moved file is flushed where it lands too
     assert saver.verify() == []
 
@@ -900,15 +1005,15 @@ def test_a_copy_that_fails_to_publish_puts_the_target_back(
 def test_cleanup_never_deletes_a_damaged_or_unrecognised_value_file(saver: Any, root: Path) -> None:
     versions: dict[str, str] = {}
     first = put_step(saver, cfg("t"), versions, 3, metadata={"run_id": "r1"})
-    second = put_step(saver, first, versions, 4, metadata={"run_id": "r2"})
+    second = put_step(saver, first, versions, 6, metadata={"run_id": "r2"})
     values = root / "threads" / "t" / "~" / "values"
-    damaged = _value_file(root, second, "log", saver)  # only the doomed checkpoint uses it
+    damaged = _value_file(root, second, "blob", saver)  # only the doomed checkpoint uses it
     _flip_byte(damaged)  # in the payload: its JSON line still reads
     kept = damaged.read_bytes()
     stray = values / "notes"  # not a value file name, though its second line is JSON
     stray.write_text('my notes\n{"base": null}\n')
     misnamed = values / "other@1"  # a value file name holding another file's record
-    misnamed.write_bytes((values / _value_file(root, first, "log", saver).name).read_bytes())
+    misnamed.write_bytes((values / _value_file(root, first, "blob", saver).name).read_bytes())
 
     saver.delete_for_runs(["r2"])
     saver.prune(["t"])
@@ -922,10 +1027,10 @@ def test_cleanup_never_deletes_a_damaged_or_unrecognised_value_file(saver: Any, 
 def test_stray_files_in_values_and_writes_are_ignored_not_quarantined(
     saver: Any, root: Path
 ) -> None:
-    _history(saver, 2)
+    _history(saver, 3)
     ns_dir = root / "threads" / "t" / "~"
     strays = [ns_dir / "values" / "README", ns_dir / "values" / "notes.txt"]
-    strays += [ns_dir / "writes" / "README", ns_dir / "writes" / "Notes.TXT"]
+    strays += [ns_dir / "README", ns_dir / "Notes.TXT"]
     for path in strays:
         path.write_text("mine")
     assert saver.verify() == []
@@ -939,7 +1044,7 @@ def test_verify_removes_copies_left_by_a_crash_but_never_one_in_progress(
 ) -> None:
     from statekeeper.checkpointers import _file_store
 
-    configs = _history(saver, 2)
+    configs = _history(saver, 3)  # step 3 stores a blob: a file to link
     seen: list[list[str]] = []
     link = _file_store.Store._link
 

@@ -2,9 +2,9 @@
 
 ::
 
-    <namespace>/checkpoints              one line per checkpoint (see _file_index)
-    <namespace>/values/<channel>@<ver>   a record: one channel value at one version
-    <namespace>/writes/<checkpoint id>   a record: every pending write of one checkpoint
+    <namespace>/checkpoints              one line per checkpoint, with its small values
+    <namespace>/writes                   one line per put_writes call (see _file_index)
+    <namespace>/values/<channel>@<ver>   a record: one large channel value at one version
 
 Reading returns payloads as ``(type, codec, bytes)``; decoding them with the saver's serde
 is the backend's business. Every reader checks that a record's own ids match the file it
@@ -36,13 +36,22 @@ from statekeeper._files import (
     sync_dir,
     unpack_record,
 )
-from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
-from statekeeper.checkpointers._file_layout import decode_name, file_name, value_file_name
+from statekeeper.checkpointers import _file_index
+from statekeeper.checkpointers._file_index import (
+    CHECKPOINTS,
+    WRITES,
+    DamagedIndex,
+    Entry,
+    IndexView,
+    make_entry,
+)
+from statekeeper.checkpointers._file_layout import decode_name, value_file_name
 from statekeeper.errors import CorruptCheckpointError
 
 __all__ = [
     "SUBDIRS",
     "Damaged",
+    "Missing",
     "Namespace",
     "Payload",
     "WriteRow",
@@ -54,10 +63,19 @@ __all__ = [
     "short",
 ]
 
-SUBDIRS = ("values", "writes")
+SUBDIRS = ("values",)
 Payload = tuple[str, str, bytes]  # (type, codec, bytes), as _payload.encode returns
 WriteRow = tuple[Any, ...]  # (task_id, idx, channel, task_path, type, codec, bytes)
 Meta = dict[str, Any]
+
+
+class Missing(FileNotFoundError):
+    """Something a checkpoint needs is not there: ``args[0]`` is the path, ``reason`` says
+    what is missing (a file, or the line that holds a value)."""
+
+    def __init__(self, path: Path | str, reason: str = "the file is missing") -> None:
+        super().__init__(str(path))
+        self.reason = reason
 
 
 class Damaged(Exception):
@@ -125,7 +143,8 @@ def reporting(n: Namespace, checkpoint_id: str | None = None) -> Iterator[None]:
     except DamagedIndex as damage:
         raise corrupt_error(n, checkpoint_id, n.index, str(damage)) from None
     except FileNotFoundError as missing:
-        raise corrupt_error(n, checkpoint_id, str(missing), "the file is missing") from None
+        reason = getattr(missing, "reason", "the file is missing")
+        raise corrupt_error(n, checkpoint_id, str(missing), reason) from None
 
 
 def names_in(folder: Path) -> Iterator[str]:
@@ -164,12 +183,10 @@ def _is_value_name(name: str) -> bool:
         return False
 
 
-def record_names(folder: Path, kind: str) -> Iterator[str]:
-    """The entries of a ``values`` (``kind`` ``"value"``) or ``writes`` folder whose names
-    a value or writes file can have; anything else (a ``README`` a user put there) is not
-    ours and is left alone."""
-    is_ours = _is_value_name if kind == "value" else _is_file_name
-    return (name for name in names_in(folder) if is_ours(name))
+def record_names(folder: Path) -> Iterator[str]:
+    """The entries of a ``values`` folder whose names a value file can have; anything else
+    (a ``README`` a user put there) is not ours and is left alone."""
+    return (name for name in names_in(folder) if _is_value_name(name))
 
 
 @dataclass(frozen=True)
@@ -184,24 +201,21 @@ class Namespace:
 
     @functools.cached_property
     def index(self) -> Path:
-        return self.dir / "checkpoints"
+        return self.dir / CHECKPOINTS
+
+    @functools.cached_property
+    def writes_log(self) -> Path:
+        return self.dir / WRITES
 
     @functools.cached_property
     def values_dir(self) -> Path:
         return self.dir / "values"
 
-    @functools.cached_property
-    def writes_dir(self) -> Path:
-        return self.dir / "writes"
-
-    def writes_path(self, checkpoint_id: str) -> Path:
-        return self.writes_dir / file_name(checkpoint_id)
-
     def value_path(self, channel: str, version: Any) -> Path:
         return self.values_dir / value_file_name(channel, version)
 
     def entries(self) -> list[Entry]:
-        """Every checkpoint, oldest first; ``[]`` if there is none.
+        """Every line of ``checkpoints`` (deleted ones' too), oldest first; ``[]`` if none.
 
         Raises:
             DamagedIndex: a line is damaged (a rewrite must not drop it).
@@ -211,6 +225,20 @@ class Namespace:
                 return view.all(strict=True)
         except (FileNotFoundError, NotADirectoryError):
             return []
+
+    def write_entries(self) -> list[Entry]:
+        """Every line of ``writes``, in file order; ``[]`` if there is none.
+
+        Raises:
+            Damaged: a line is damaged (a rewrite must not drop it).
+        """
+        try:
+            with IndexView(self.writes_log, kind=WRITES) as view:
+                return view.all(strict=True)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except DamagedIndex as damage:
+            raise Damaged(self.writes_log, str(damage)) from None
 
     # -- reading -----------------------------------------------------------------------
 
@@ -223,48 +251,82 @@ class Namespace:
             reason = f"malformed line of checkpoint {entry.checkpoint_id!r} ({exc!r})"
             raise Damaged(self.index, reason) from None
 
-    def write_rows(self, checkpoint_id: str) -> list[WriteRow]:
+    def _writes_view(self, *, writable: bool = False) -> IndexView:
+        # Damage in another checkpoint's lines is verify()'s to report; lines_of raises
+        # for damage that is, or may be, this checkpoint's.
+        return IndexView(self.writes_log, lambda _: None, writable=writable, kind=WRITES)
+
+    def write_rows(self, checkpoint_id: str, view: IndexView | None = None) -> list[WriteRow]:
         """A checkpoint's pending writes as ``(task_id, idx, channel, task_path, type,
-        codec, bytes)`` in ``writes_sort_key`` order; ``[]`` when it has none."""
-        path = self.writes_path(checkpoint_id)
+        codec, bytes)`` in ``writes_sort_key`` order; ``[]`` when it has none. Of several
+        lines for one (task, index), a regular write keeps the first, a special channel
+        (negative index) the last.
+
+        Raises:
+            Damaged: a line of this checkpoint (or one whose id cannot be read) is damaged.
+        """
         try:
-            meta, blobs = read_record(path, "writes")
-        except FileNotFoundError:
+            if view is None:
+                with self._writes_view() as opened:
+                    lines = opened.lines_of(checkpoint_id)
+            else:
+                lines = view.lines_of(checkpoint_id)
+        except (FileNotFoundError, NotADirectoryError):
             return []
+        except DamagedIndex as damage:
+            raise Damaged(self.writes_log, str(damage)) from None
+        merged: dict[tuple[str, int], WriteRow] = {}
         try:
-            if meta["checkpoint_id"] != checkpoint_id:
-                raise Damaged(path, f"holds the writes of {meta['checkpoint_id']!r}")
-            rows = [(*row, blob) for row, blob in zip(meta["writes"], blobs, strict=True)]
-            return sorted(rows, key=lambda r: writes_sort_key(r[3], r[0], r[1]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise Damaged(path, f"malformed writes record ({exc!r})") from None
+            for line in lines:
+                record = line.record
+                for idx, channel, type_, codec, data in record["writes"]:
+                    key = (record["task_id"], idx)
+                    if idx < 0 or key not in merged:
+                        blob = base64.b64decode(data, validate=True)
+                        merged[key] = (*key, channel, record["task_path"], type_, codec, blob)
+        except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+            reason = f"malformed writes line of checkpoint {checkpoint_id!r} ({exc!r})"
+            raise Damaged(self.writes_log, reason) from None
+        return sorted(merged.values(), key=lambda r: writes_sort_key(r[3], r[0], r[1]))
 
     # -- writing (the caller holds the thread's lock) -----------------------------------
 
     def merge_writes(self, checkpoint_id: str, rows: Sequence[WriteRow]) -> None:
-        """Add a task's write rows to a checkpoint's writes: a regular write already stored
-        for (task, index) is kept; special channels (negative index) are replaced.
+        """Add one task's write rows to a checkpoint's writes, as one appended line: a
+        regular write already stored for (task, index) is kept; special channels
+        (negative index) are replaced. Writes nothing when nothing changes.
 
         Raises:
-            Damaged: the stored writes are damaged (they are never overwritten).
+            Damaged: the checkpoint's stored writes are damaged (never overwritten).
         """
-        merged = {(r[0], r[1]): r for r in self.write_rows(checkpoint_id)}
-        changed = False
-        for row in rows:
-            key = (row[0], row[1])
-            if (row[1] >= 0 and key in merged) or merged.get(key) == row:
-                continue
-            merged[key], changed = row, True
-        if not changed:
-            return
-        ordered = sorted(merged.values(), key=lambda r: writes_sort_key(r[3], r[0], r[1]))
-        meta = {"kind": "writes", "checkpoint_id": checkpoint_id}
-        self.write(
-            self.writes_path(checkpoint_id),
-            {**meta, "writes": [list(r[:6]) for r in ordered]},
-            [r[6] for r in ordered],
-        )
-        self.sync(self.writes_dir)
+        with self._writes_view(writable=True) as view:
+            merged = {(r[0], r[1]): r for r in self.write_rows(checkpoint_id, view)}
+            new: dict[tuple[str, int], WriteRow] = {}
+            for row in rows:
+                key = (row[0], row[1])
+                if (row[1] >= 0 and (key in merged or key in new)) or merged.get(key) == row:
+                    continue
+                new[key] = row
+            if not new:
+                return
+            task_id, task_path = rows[0][0], rows[0][3]
+            entry = make_entry(
+                {
+                    "checkpoint_id": checkpoint_id,
+                    "task_id": task_id,
+                    "task_path": task_path,
+                    "writes": [
+                        [idx, channel, type_, codec, base64.b64encode(blob).decode("ascii")]
+                        for _, idx, channel, _, type_, codec, blob in new.values()
+                    ],
+                }
+            )
+            try:
+                _file_index.commit(view, entry, self.thread_id, self.ns, durable=self.durable)
+            except DamagedIndex as damage:
+                raise Damaged(self.writes_log, str(damage)) from None
+            except OSError as exc:
+                raise storage_error(exc, "update", self.writes_log) from exc
 
     def write(self, path: Path, meta: Meta, blobs: Sequence[bytes]) -> None:
         """Atomically (re)write the record at ``path``; :meth:`sync` its folder after."""

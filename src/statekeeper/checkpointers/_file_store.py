@@ -2,20 +2,20 @@
 
 ::
 
-    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 1}
+    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 2}
     <root>/threads/<thread>/<namespace>/      one folder per (thread, namespace); names
         checkpoints                           from _file_layout.file_name; the files in
-        values/<channel>@<version>            it are described in _file_namespace
-        writes/<checkpoint id>
+        writes                                it are described in _file_namespace
+        values/<channel>@<version>
     <root>/locks/<thread>                     flock targets: the thread's checkpoints,
     <root>/locks/<thread>@writes              and its pending writes
     <root>/quarantine/                        damaged files moved aside by verify()
     <root>/trash/                             threads being deleted or copied
     <root>/claims/                            run claims (claim_thread), by hashed thread id
 
-Value and writes files are written once through a temporary file and a rename and never
-modified in place, so a copied thread shares them through hard links; the ``checkpoints``
-file is only appended to or replaced, and a copy gets its own.
+Value files are written through a temporary file and a rename and never modified in
+place, so a copied thread shares them through hard links; the ``checkpoints`` and
+``writes`` logs are only appended to or replaced, and a copy gets its own.
 """
 
 from __future__ import annotations
@@ -25,15 +25,25 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from statekeeper._files import TEMP_PREFIX, KeyLocks, read_bytes, replace_file, storage_error
 from statekeeper._files import sync_dir as _sync_dir
 from statekeeper.checkpointers import _file_index
-from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
-from statekeeper.checkpointers._file_layout import decode_name, file_name, is_hashed, version_name
+from statekeeper.checkpointers._file_index import (
+    CHECKPOINTS,
+    WRITES,
+    DamagedIndex,
+    Entry,
+    IndexView,
+)
+from statekeeper.checkpointers._file_layout import (
+    decode_name,
+    file_name,
+    is_hashed,
+)
 from statekeeper.checkpointers._file_namespace import (
     SUBDIRS,
     Namespace,
@@ -41,8 +51,7 @@ from statekeeper.checkpointers._file_namespace import (
     names_in,
     reporting,
 )
-from statekeeper.checkpointers._file_values import intact_value, value_bases, walk
-from statekeeper.checkpointers._lineage import keep_latest_ids, unused_values
+from statekeeper.checkpointers._file_retire import replace
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, SchemaVersionError
 
 __all__ = [
@@ -60,7 +69,7 @@ FORMAT_FILE = "statekeeper.json"
 CLAIMS_DIR = "claims"
 # The suffix of a thread's second lock: "@" never occurs in a file_name, so it names no thread.
 WRITES_LOCK = "@writes"
-_FORMAT = {"format": "statekeeper-file", "version": 1}
+_FORMAT = {"format": "statekeeper-file", "version": 2}
 log = logging.getLogger("statekeeper.checkpointers.file")
 
 
@@ -129,6 +138,13 @@ class Store:
                 f"{str(self.root)!r} uses file format version {found.get('version')!r}, "
                 f"newer than this statekeeper understands ({_FORMAT['version']}); upgrade it"
             )
+        if found["version"] < _FORMAT["version"]:
+            raise SchemaVersionError(
+                f"{str(self.root)!r} uses file format version {found['version']}, which this "
+                f"statekeeper no longer reads (it writes version {_FORMAT['version']}); to "
+                "keep its threads, open it with the statekeeper that wrote it and put every "
+                "checkpoint (with its writes) into a new directory, or start a new directory"
+            )
         created = False
         for sub in (self.threads, self.root / "locks", self.quarantine, self.trash):
             with contextlib.suppress(FileExistsError):
@@ -157,7 +173,7 @@ class Store:
         return self.locks.hold(file_name(thread_id))
 
     def writes_lock(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
-        """Hold the lock of a thread's ``writes/`` files (``put_writes``), so that a task's
+        """Hold the lock of a thread's ``writes`` logs (``put_writes``), so that a task's
         writes are stored while the next checkpoint is."""
         return self.locks.hold(file_name(thread_id) + WRITES_LOCK)
 
@@ -233,7 +249,8 @@ class Store:
     @contextlib.contextmanager
     def index(self, n: Namespace, *, writable: bool = False) -> Iterator[IndexView]:
         """``n``'s ``checkpoints`` file (``FileNotFoundError`` if there is none). A damaged
-        line raises CorruptCheckpointError or, when lenient, is logged and skipped."""
+        line raises CorruptCheckpointError or, when lenient, is logged and skipped (even
+        on a writable view: a writer goes on from the intact lines)."""
         on_damage: Callable[[DamagedIndex], None] | None = None
         if self.lenient:
 
@@ -255,13 +272,20 @@ class Store:
             raise corrupt_error(n, None, n.index, str(damage)) from None
 
     def newest(
-        self, n: Namespace, below: str | None, checkpoint_id: str | None = None, page: int = 1
+        self,
+        n: Namespace,
+        below: str | None,
+        checkpoint_id: str | None = None,
+        page: int = 1,
+        seen: dict[str, Entry] | None = None,
     ) -> Iterator[Entry]:
         """Checkpoints of ``n`` with ids below ``below`` (only ``checkpoint_id``, if given),
-        newest first. Read in pages (``page`` lines, then four times more each time) from
-        the end of the file, reopened per page, so no descriptor is held between items, a
-        long history is never read whole, and a damaged old line is not met by a caller
-        that only wanted the newest."""
+        newest first; deleted checkpoints' lines are skipped. Read in pages (``page`` lines,
+        then four times more each time) from the end of the file, reopened per page, so no
+        descriptor is held between items, a long history is never read whole, and a
+        damaged old line is not met by a caller that only wanted the newest. Every line of
+        a page read (deleted ones too) is put in ``seen``, if given, before the first of
+        them is yielded: the older lines holding values of the newer ones often are there."""
         while True:
             try:
                 with self.index(n) as view:
@@ -273,7 +297,11 @@ class Store:
                         entries = [found] if found is not None and wanted else []
             except (FileNotFoundError, NotADirectoryError):
                 return
-            yield from entries
+            if seen is not None:
+                if len(seen) > 1024:
+                    seen.clear()  # a newest-first walk only needs the lines near it
+                seen.update((entry.checkpoint_id, entry) for entry in entries)
+            yield from (entry for entry in entries if not entry.deleted)
             if checkpoint_id is not None or len(entries) < page:
                 return
             below, page = entries[-1].checkpoint_id, min(page * 4, 256)
@@ -295,7 +323,8 @@ class Store:
     # -- writing (the caller holds the thread's lock) -----------------------------------
 
     def ensure(self, n: Namespace) -> None:
-        """Create ``n``'s folders and empty ``checkpoints`` file if missing, durably."""
+        """Create ``n``'s folders and empty logs if missing, durably: ``writes`` before
+        ``checkpoints``, so a namespace with the latter has both."""
         if n.index.exists():
             return
         try:
@@ -305,71 +334,35 @@ class Store:
                     folder.mkdir()
                     created.append(folder)
             self.sync(*(folder.parent for folder in created))
-            _file_index.create(n.index, n.thread_id, n.ns, durable=self.durable)
+            if not n.writes_log.exists():
+                _file_index.create(n.writes_log, WRITES, n.thread_id, n.ns, durable=self.durable)
+            _file_index.create(n.index, CHECKPOINTS, n.thread_id, n.ns, durable=self.durable)
             self.sync(n.dir)
         except OSError as exc:
             raise storage_error(exc, "create the namespace folder", n.dir) from exc
 
-    def commit(self, n: Namespace, entry: Entry) -> None:
-        """Make ``entry``'s checkpoint exist; the values it needs must be durable."""
+    def commit(self, n: Namespace, view: IndexView, entry: Entry) -> None:
+        """Make ``entry``'s checkpoint exist in the file ``view`` (writable) is open on;
+        the value files it needs must be durable. Replacing a checkpoint keeps the values
+        other checkpoints use (see _file_retire)."""
+        old = (
+            None
+            if _file_index.appends(view, entry.checkpoint_id)
+            else view.find(entry.checkpoint_id)
+        )
+        if old is not None and old.raw == entry.raw:
+            return
         try:
-            with self.index(n, writable=True) as view:
-                _file_index.commit(view, entry, n.thread_id, n.ns, durable=self.durable)
+            _file_index.commit(
+                view,
+                entry,
+                n.thread_id,
+                n.ns,
+                durable=self.durable,
+                others=None if old is None else (lambda entries: replace(n, old, entries)),
+            )
         except OSError as exc:
             raise storage_error(exc, "update", n.index) from exc
-
-    def keep_latest(self, n: Namespace) -> None:
-        """``prune(strategy="keep_latest")`` of one namespace (see _lineage.keep_latest_ids)."""
-        with reporting(n):
-            entries = n.entries()
-        if not entries:
-            return
-        newest = entries[-1]
-        with reporting(n, newest.checkpoint_id), self.index(n) as view:
-            keep = keep_latest_ids(
-                newest.checkpoint_id,
-                newest.record["metadata"],
-                lambda channels: walk(n, view, newest, channels)[0],
-            )
-        if doomed := {e.checkpoint_id for e in entries} - keep:
-            self.drop(n, entries, doomed)
-
-    def drop_runs(self, n: Namespace, run_ids: set[str]) -> None:
-        """``delete_for_runs`` in one namespace."""
-        with reporting(n):
-            entries = n.entries()
-        if doomed := {e.checkpoint_id for e in entries if e.run_id in run_ids}:
-            self.drop(n, entries, doomed)
-
-    def drop(self, n: Namespace, entries: list[Entry], doomed: set[str]) -> None:
-        """Delete checkpoints of ``n`` with their writes, then the values no survivor
-        uses. Rewriting the ``checkpoints`` file is the commit; files are removed after
-        it (a crash in between leaves unused files, never a checkpoint without its own)."""
-        kept = [e for e in entries if e.checkpoint_id not in doomed]
-        try:
-            _file_index.rewrite(n.index, n.thread_id, n.ns, kept, durable=self.durable)
-            for checkpoint_id in doomed:
-                n.writes_path(checkpoint_id).unlink(missing_ok=True)
-        except OSError as exc:
-            raise storage_error(exc, "delete checkpoints in", n.dir) from exc
-        self.sync(n.dir / "writes")
-        self.collect_values(n, (e.record["channel_versions"] for e in kept))
-
-    def collect_values(self, n: Namespace, referenced: Iterable[Mapping[str, Any]]) -> None:
-        """Remove the values of ``n`` that no ``channel_versions`` in ``referenced`` uses,
-        directly or as the base of an append delta a survivor uses, and that are intact
-        value records of their own name: damaged or unrecognised files are left alone."""
-        stored, bases = value_bases(n)
-        used = (
-            {file_name(ch): version_name(v) for ch, v in versions.items()}
-            for versions in referenced
-        )
-        for channel, version in unused_values(stored, used, bases):
-            path = n.values_dir / f"{channel}@{version}"
-            if intact_value(path):  # never damage: verify() reports it
-                with contextlib.suppress(FileNotFoundError):
-                    path.unlink()
-        self.sync(n.values_dir)
 
     # -- whole threads -----------------------------------------------------------------
 
@@ -387,7 +380,7 @@ class Store:
 
     def copy_thread(self, source: str, target: str) -> None:
         """Copy every namespace of ``source`` to ``target`` (which has no checkpoints),
-        built aside and published with one rename. Value and writes files are hard links
+        built aside and published with one rename. Value files are hard links
         when the file system allows (they are never modified in place). The caller holds
         the target's lock, which the folders in ``trash/`` name (see :func:`trash_name`)."""
         if not self.thread_dir(source).is_dir():
@@ -395,9 +388,11 @@ class Store:
         staging = self.trash / trash_name("copy", file_name(target))
         try:
             staging.mkdir()
+            existing = self.thread_dir(target)
             for n in self.namespaces(source):
                 with reporting(n):
                     entries = n.entries()
+                    writes = n.write_entries()
                 copy = staging / n.dir.name
                 copy.mkdir()
                 for sub in SUBDIRS:
@@ -405,11 +400,18 @@ class Store:
                     for name in names_in(n.dir / sub):
                         self._link(n.dir / sub / name, copy / sub / name)
                     self.sync(copy / sub)
-                _file_index.rewrite(
-                    copy / "checkpoints", target, n.ns, entries, durable=self.durable
-                )
-            existing = self.thread_dir(target)
-            for folder, _, names in os.walk(existing):  # pending writes of no checkpoint
+                # the target's pending writes (of no checkpoint yet) are kept, after these
+                theirs = Namespace(target, n.ns, existing / n.dir.name, self.durable)
+                with reporting(theirs):
+                    writes += theirs.write_entries()
+                for path, kind, lines in (
+                    (WRITES, WRITES, writes),
+                    (CHECKPOINTS, CHECKPOINTS, entries),
+                ):
+                    _file_index.rewrite(
+                        copy / path, kind, target, n.ns, lines, durable=self.durable
+                    )
+            for folder, _, names in os.walk(existing):  # the target's other namespaces
                 for name in names:
                     relative = (Path(folder) / name).relative_to(existing)
                     if not name.startswith(".") and not (staging / relative).exists():

@@ -2,20 +2,22 @@
 
 Checked per namespace, under the thread's lock (so no writer is halfway through it):
 
-* the ``checkpoints`` file: header, every line's checksum, ids strictly increasing;
-* every record in ``values/`` and ``writes/``: checksum, length, kind, and that its own
-  ids map back to its file name;
-* every checkpoint: each value file it needs exists and is intact, and so is its writes
-  file. A checkpoint that fails only because of another file is reported too (with the
+* the ``checkpoints`` and ``writes`` logs: header, every line's checksum, ids in order;
+* every record in ``values/``: checksum, length, kind, and that its own ids map back to
+  its file name;
+* every checkpoint: each value record it needs, down its delta chain, is in an intact
+  line and, if it has a file, that file is intact; its writes lines are intact. A
+  checkpoint that fails only because of something else is reported too (with the
   ``checkpoints`` file as its path), since it can no longer be loaded.
 
-Quarantine moves each damaged file to ``quarantine/<timestamp>/<its path>``; when lines
-of a ``checkpoints`` file are damaged or name checkpoints that cannot be loaded, the file
-is copied there whole and rewritten without them. That leaves a store in which every
-listed checkpoint loads. Nothing is deleted, except temporary files of interrupted
-writes, which never held a committed checkpoint, and what interrupted deletes and copies
-left in ``trash/``. Files in ``values/`` and ``writes/`` whose names cannot be ours are
-ignored.
+Quarantine moves each damaged value file to ``quarantine/<timestamp>/<its path>``; when
+lines of a log are damaged or belong to checkpoints that cannot be loaded, the log is
+copied there whole and rewritten without them (a checkpoint's line stays as a deleted
+line while others use values stored in it, see _file_retire). That leaves a store in
+which every listed checkpoint loads. Nothing is deleted, except temporary files of
+interrupted writes, which never held a committed checkpoint, and what interrupted
+deletes and copies left in ``trash/``. Files in ``values/`` whose names cannot be ours
+are ignored.
 """
 
 from __future__ import annotations
@@ -28,12 +30,18 @@ import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from statekeeper._files import TEMP_PREFIX, read_bytes, replace_file, sync_dir
 from statekeeper.checkpointers import _file_index
+from statekeeper.checkpointers._common import version_key
 from statekeeper.checkpointers._deltas import MAX_CHAIN
-from statekeeper.checkpointers._file_index import DamagedIndex, Entry, IndexView
+from statekeeper.checkpointers._file_index import (
+    CHECKPOINTS,
+    WRITES,
+    DamagedIndex,
+    Entry,
+    IndexView,
+)
 from statekeeper.checkpointers._file_layout import (
     decode_name,
     file_name,
@@ -48,7 +56,9 @@ from statekeeper.checkpointers._file_namespace import (
     read_record,
     record_names,
 )
+from statekeeper.checkpointers._file_retire import retire
 from statekeeper.checkpointers._file_store import Store, thread_locks, trash_lock
+from statekeeper.checkpointers._file_values import record_of
 
 __all__ = ["CorruptFile", "verify"]
 
@@ -130,31 +140,38 @@ def _verify_namespace(
     def problem(path: Path, reason: str, checkpoint_id: str | None = None) -> CorruptFile:
         return CorruptFile(path, reason, n.thread_id, n.ns, checkpoint_id)
 
-    entries, damage = _read_checkpoints(n)
-    found = [problem(n.index, reason) for reason in damage]
+    entries, damage = _read_log(n, CHECKPOINTS)
+    writes, writes_damage = _read_log(n, WRITES)
+    found = [problem(n.index, str(d), d.checkpoint_id) for d in damage]
+    found += [problem(n.writes_log, str(d), d.checkpoint_id) for d in writes_damage]
+    bad_writes = {d.checkpoint_id for d in writes_damage}
+    for checkpoint_id in sorted({e.checkpoint_id for e in writes}):
+        try:
+            n.write_rows(checkpoint_id)
+        except Damaged as exc:
+            if checkpoint_id not in bad_writes:  # else already reported as a damaged line
+                found.append(problem(n.writes_log, exc.reason, checkpoint_id))
+                bad_writes.add(checkpoint_id)
 
-    damaged: dict[str, set[str]] = {sub: set() for sub in SUBDIRS}
-    bases: dict[str, str] = {}  # value file -> the value file its append delta builds on
-    for sub, kind in (("values", "value"), ("writes", "writes")):
-        for name in record_names(n.dir / sub, kind):  # other names are not ours
-            path = n.dir / sub / name
-            try:
-                base = _check_record(path, kind)
-            except FileNotFoundError:
-                continue
-            except Damaged as exc:
-                damaged[sub].add(name)
-                checkpoint_id = _decoded(name) if kind == "writes" else None
-                found.append(problem(path, exc.reason, checkpoint_id))
-                continue
-            if base is not None:
-                bases[name] = base
+    damaged: set[str] = set()
+    for name in record_names(n.values_dir):  # other names are not ours
+        path = n.values_dir / name
+        try:
+            _check_record(path)
+        except FileNotFoundError:
+            continue
+        except Damaged as exc:
+            damaged.add(name)
+            found.append(problem(path, exc.reason))
 
+    by_id = {e.checkpoint_id: e for e in entries}
     doomed: set[str] = set()
     for entry in entries:
-        needs = _needs(n, entry.record, damaged, bases)
-        if n.writes_path(entry.checkpoint_id).name in damaged["writes"]:
-            needs.append(f"its writes file {n.writes_path(entry.checkpoint_id).name} is damaged")
+        if entry.deleted:
+            continue
+        needs = _needs(n, entry, by_id, damaged)
+        if entry.checkpoint_id in bad_writes:
+            needs.append(f"its writes in {n.writes_log.name} are damaged")
         if needs:
             reason = f"checkpoint {entry.checkpoint_id!r} cannot be loaded: " + "; ".join(needs)
             found.append(problem(n.index, reason, entry.checkpoint_id))
@@ -162,88 +179,99 @@ def _verify_namespace(
 
     if quarantine and found:
         for item in found:
-            if item.path != n.index:
+            if item.path not in (n.index, n.writes_log):
                 _move(store, item.path, stamp)
-        for checkpoint_id in doomed:
-            _move(store, n.writes_path(checkpoint_id), stamp)
         if damage or doomed:  # keep the whole file aside, then drop what cannot load
-            target = _target(store, n.index, stamp)
-            replace_file(target, read_bytes(n.index), durable=store.durable)
-            if store.durable:  # the copy must outlive a power loss before the rewrite
-                sync_dir(target.parent)
-            kept = [e for e in entries if e.checkpoint_id not in doomed]
-            _file_index.rewrite(n.index, n.thread_id, n.ns, kept, durable=store.durable)
+            _keep_copy(store, n.index, stamp)
+            kept = retire(entries, doomed)
+            _file_index.rewrite(
+                n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable
+            )
+        if writes_damage or bad_writes or any(e.checkpoint_id in doomed for e in writes):
+            _keep_copy(store, n.writes_log, stamp)
+            left = [e for e in writes if e.checkpoint_id not in doomed | bad_writes]
+            _file_index.rewrite(
+                n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable
+            )
     return found
 
 
-def _read_checkpoints(n: Namespace) -> tuple[list[Entry], list[str]]:
-    """The intact checkpoint lines (damaged ones skipped) and what is wrong, if anything."""
-    damage: list[str] = []
+def _keep_copy(store: Store, path: Path, stamp: str) -> None:
+    """Copy ``path`` whole into quarantine, durably, before it is rewritten."""
+    target = _target(store, path, stamp)
+    replace_file(target, read_bytes(path), durable=store.durable)
+    if store.durable:  # the copy must outlive a power loss before the rewrite
+        sync_dir(target.parent)
+
+
+def _read_log(n: Namespace, kind: str) -> tuple[list[Entry], list[DamagedIndex]]:
+    """The intact lines of a log (damaged ones skipped) and what is wrong, if anything."""
+    damage: list[DamagedIndex] = []
     try:
-        with IndexView(n.index, on_damage=lambda d: damage.append(str(d))) as view:
+        with IndexView(n.dir / kind, on_damage=damage.append, kind=kind) as view:
             entries = view.all()
             try:
                 header = view.header()
             except DamagedIndex as exc:
                 header = {}
-                damage.append(str(exc))
+                damage.append(exc)
     except FileNotFoundError:
         return [], []
     except DamagedIndex as exc:  # not even a header line: nothing in it can be read
-        return [], [str(exc)]
+        return [], [exc]
     if header and (header.get("thread_id"), header.get("checkpoint_ns")) != (n.thread_id, n.ns):
-        damage.append("its header names another thread or namespace")
+        damage.append(DamagedIndex("its header names another thread or namespace"))
     ids = [e.checkpoint_id for e in entries]
-    if any(a >= b for a, b in itertools.pairwise(ids)):
-        damage.append("its lines are not in checkpoint id order")
+    if any(a > b or (a == b and kind == CHECKPOINTS) for a, b in itertools.pairwise(ids)):
+        damage.append(DamagedIndex("its lines are not in checkpoint id order"))
     return entries, damage
 
 
-def _check_record(path: Path, kind: str) -> str | None:
-    """Raise Damaged unless ``path`` holds an intact ``kind`` record of its own name;
-    return the file name of the value an append delta builds on, if it is one."""
-    meta = read_record(path, kind)[0]
+def _check_record(path: Path) -> None:
+    """Raise Damaged unless ``path`` holds an intact value record of its own name."""
+    meta = read_record(path, "value")[0]
     try:
-        if kind == "value":
-            expected = value_file_name(meta["channel"], meta["version"])
-            base = meta.get("base")
-            base_name = None if base is None else value_file_name(meta["channel"], base)
-        else:
-            expected, base_name = file_name(meta["checkpoint_id"]), None
+        expected = value_file_name(meta["channel"], meta["version"])
     except (KeyError, TypeError, AttributeError) as exc:
-        raise Damaged(path, f"malformed {kind} record ({exc!r})") from None
+        raise Damaged(path, f"malformed value record ({exc!r})") from None
     if expected != path.name:
         raise Damaged(path, "its content belongs to another file name")
-    return base_name
 
 
-def _needs(
-    n: Namespace, record: dict[str, Any], damaged: dict[str, set[str]], bases: dict[str, str]
-) -> list[str]:
-    """What a checkpoint needs that is damaged or missing: a value file, or a file down
-    the chain of append deltas that value is built on."""
+def _needs(n: Namespace, entry: Entry, by_id: dict[str, Entry], damaged: set[str]) -> list[str]:
+    """What a checkpoint needs that is damaged or missing: the line holding a value
+    record, the record's file, or either of those down the chain of append deltas that
+    value is built on."""
     needs = []
-    for channel in record["values"]:
-        name = current = value_file_name(channel, record["channel_versions"][channel])
+    versions = entry.record["channel_versions"]
+    for channel, at in entry.record["values"].items():
+        if channel not in versions or not isinstance(at, str):
+            needs.append(f"its reference to the value of {channel!r} is malformed")
+            continue
+        key = first = version_key(versions[channel])
         for _ in range(MAX_CHAIN + 2):
-            via = "" if current == name else f" (through the delta chain of {name})"
-            if current in damaged["values"]:
-                needs.append(f"its value file {current} is damaged{via}")
-            elif not (n.values_dir / current).exists():
-                needs.append(f"its value file {current} is missing{via}")
-            elif current in bases:
-                current = bases[current]
+            via = "" if key == first else f" (through the delta chain of {channel!r} at {first})"
+            holder = by_id.get(at)
+            record = record_of(holder, channel, key) if holder is not None else None
+            if holder is None:
+                needs.append(
+                    f"the line of checkpoint {at!r} holding {channel!r} is damaged or missing{via}"
+                )
+            elif record is None:
+                needs.append(
+                    f"the line of checkpoint {at!r} holds no value of {channel!r} at {key}{via}"
+                )
+            elif isinstance(name := record.get("file"), str) and name in damaged:
+                needs.append(f"its value file {name} is damaged{via}")
+            elif isinstance(name, str) and not (n.values_dir / name).exists():
+                needs.append(f"its value file {name} is missing{via}")
+            elif "base" in record:
+                at, key = record.get("base_at"), version_key(record["base"])
                 continue
             break
         else:
-            needs.append(f"the delta chain of its value file {name} does not end")
+            needs.append(f"the delta chain of {channel!r} at {first} does not end")
     return needs
-
-
-def _decoded(name: str) -> str | None:
-    with contextlib.suppress(ValueError):
-        return None if is_hashed(name) else decode_name(name)
-    return None
 
 
 def _target(store: Store, path: Path, stamp: str) -> Path:

@@ -1,16 +1,17 @@
 """``FileCheckpointer``: every thread in plain files under one directory, standard library only.
 
 The layout (``docs/file-backend.md``; sketched in :mod:`._file_store`) is a folder per
-(thread, namespace) holding a ``checkpoints`` file — one line of readable JSON per
-checkpoint, sorted by id — one checksummed file per (channel, version), written once when
-the version is new and shared by every later checkpoint, and one per checkpoint's writes.
+(thread, namespace) holding a ``checkpoints`` log — one line of readable JSON per
+checkpoint, sorted by id, with the values of the versions it created (later checkpoints
+refer to them there) — a ``writes`` log, one line per ``put_writes``, and a ``values/``
+folder for values too large to inline, one checksummed file per (channel, version).
 
 Guarantees:
 
-* Crash safety: every file is written to a temporary file, flushed and renamed into place
-  (the ``checkpoints`` file is appended to, or replaced the same way); a checkpoint exists
-  once its line is appended, after every value it needs is durable. A process killed at
-  any instant leaves the old state or the new one.
+* Crash safety: a checkpoint exists once its line is appended and flushed, after the
+  files of its large values are durable; a ``put_writes`` once its line is. A torn last
+  line is ignored. Every other change writes a temporary file, flushes it and renames it
+  into place. A process killed at any instant leaves the old state or the new one.
 * Integrity: every line and file carries a SHA-256 of its content. A truncated, altered or
   missing file is detected on load and raises :class:`CorruptCheckpointError` naming the
   thread, checkpoint and file; ``on_corrupt="fallback"`` instead logs a warning and
@@ -21,7 +22,9 @@ Guarantees:
   writes are stored while the next checkpoint is; readers take no lock and see only
   committed checkpoints.
 * Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
-  ``checkpoints`` file, so they cost the same for ten checkpoints or ten thousand.
+  ``checkpoints`` file and bisect the logs for values stored by earlier checkpoints and
+  for pending writes, so they cost about the same for ten checkpoints or ten thousand. A
+  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import heapq
-import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
@@ -42,7 +44,6 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
-    PendingWrite,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
@@ -55,33 +56,26 @@ from statekeeper.checkpointers._common import (
     dump_metadata,
     list_scope,
     location,
-    matches,
     merged_metadata,
 )
 from statekeeper.checkpointers._deltas import RecentPayloads
 from statekeeper.checkpointers._file_index import Entry, make_entry
 from statekeeper.checkpointers._file_namespace import (
-    Damaged,
     Namespace,
-    Payload,
-    WriteRow,
-    corrupt_error,
     reporting,
     short,
 )
+from statekeeper.checkpointers._file_prune import drop_runs, keep_latest
+from statekeeper.checkpointers._file_reads import delta_history, load, task_writes
 from statekeeper.checkpointers._file_store import CLAIMS_DIR, Store
 from statekeeper.checkpointers._file_values import (
     Memo,
     check_versions,
+    place_values,
     plan_values,
-    read_value,
-    stored_channels,
-    walk,
-    write_values,
 )
 from statekeeper.checkpointers._file_verify import CorruptFile, verify
-from statekeeper.checkpointers._lineage import assemble_history
-from statekeeper.checkpointers._payload import check_id, decode, encode, safe_serde
+from statekeeper.checkpointers._payload import check_id, encode, safe_serde
 from statekeeper.errors import (
     ConfigurationError,
     StorageError,
@@ -98,9 +92,7 @@ _OPTIONS: dict[str, type] = {
     "fsync": bool,
     "serde": object,
 }
-log = logging.getLogger(__name__)
 CorruptFiles = list[CorruptFile]
-Writes = list[PendingWrite]
 TaskWrites = list[TaskWrite]
 
 
@@ -191,9 +183,15 @@ class FileCheckpointer(Checkpointer):
         n = store.namespace(thread_id, ns)
         if checkpoint_id is not None:
             found = next(store.newest(n, None, checkpoint_id), None)
-            return None if found is None else self._load(n, found, may_skip=False)
+            return (
+                None
+                if found is None
+                else load(self.serde, store, n, found, self._recent, may_skip=False)
+            )
         for entry in store.newest(n, None):
-            if (loaded := self._load(n, entry, may_skip=True)) is not None:
+            if (
+                loaded := load(self.serde, store, n, entry, self._recent, may_skip=True)
+            ) is not None:
                 return loaded
         return None
 
@@ -217,17 +215,30 @@ class FileCheckpointer(Checkpointer):
 
         first_page = min(limit or 16, 16)
 
+        memos: dict[Namespace, Memo] = {}  # payloads rebuilt from deltas, per namespace
+        seen: dict[Namespace, dict[str, Entry]] = {}  # lines read, per namespace
+
         def stream(n: Namespace) -> Iterator[tuple[tuple[str, str, str], Namespace, Entry]]:
-            for entry in store.newest(n, below, checkpoint_id, page=first_page):
+            lines = seen.setdefault(n, {})
+            for entry in store.newest(n, below, checkpoint_id, page=first_page, seen=lines):
                 yield (entry.checkpoint_id, n.thread_id, n.ns), n, entry
 
         remaining = limit
         streams = map(stream, store.scope(thread_id, ns))
         merged = heapq.merge(*streams, key=lambda item: item[0], reverse=True)
-        memos: dict[Namespace, Memo] = {}  # payloads rebuilt from deltas, per namespace
         for _, n, entry in merged:
             memo = memos.setdefault(n, {})
-            loaded = self._load(n, entry, may_skip=True, filter=filter, memo=memo)
+            loaded = load(
+                self.serde,
+                store,
+                n,
+                entry,
+                self._recent,
+                may_skip=True,
+                filter=filter,
+                memo=memo,
+                seen=seen[n],
+            )
             if loaded is None:
                 continue
             yield loaded
@@ -235,66 +246,6 @@ class FileCheckpointer(Checkpointer):
                 remaining -= 1
                 if remaining == 0:
                     return
-
-    def _load(
-        self,
-        n: Namespace,
-        entry: Entry,
-        *,
-        may_skip: bool,
-        filter: dict[str, Any] | None = None,
-        memo: Memo | None = None,
-    ) -> CheckpointTuple | None:
-        """The tuple of an indexed checkpoint; None if ``filter`` rejects it, if it was
-        deleted while being read, or (``on_corrupt="fallback"`` and ``may_skip``) if it
-        is damaged."""
-        checkpoint_id = entry.checkpoint_id
-        try:
-            return self._read_tuple(n, entry, filter, memo)
-        except FileNotFoundError as missing:
-            if next(self._store.newest(n, None, checkpoint_id), None) is None:
-                return None  # deleted (pruned, thread removed) while we read it: not damage
-            error = corrupt_error(n, checkpoint_id, missing.args[0], "the file is missing")
-        except Damaged as damage:
-            error = corrupt_error(n, checkpoint_id, damage.path, damage.reason)
-        if may_skip and self.on_corrupt == "fallback":
-            log.warning("%s; skipped, using an older checkpoint (on_corrupt='fallback')", error)
-            return None
-        raise error
-
-    def _read_tuple(
-        self, n: Namespace, entry: Entry, filter: dict[str, Any] | None, memo: Memo | None
-    ) -> CheckpointTuple | None:
-        record = entry.record
-        if filter and not matches(record["metadata"], filter):
-            return None
-        checkpoint: Checkpoint = decode(self.serde, *n.checkpoint_payload(entry))
-        versions = record["channel_versions"]
-        values = {}
-        for channel in record["values"]:
-            value = read_value(n, channel, versions[channel], self._recent, memo)
-            if value is not None:
-                values[channel] = decode(self.serde, *value)
-        checkpoint["channel_values"] = values
-        parent = entry.parent_id
-        return CheckpointTuple(
-            config=checkpoint_config(n.thread_id, n.ns, entry.checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=record["metadata"],
-            parent_config=checkpoint_config(n.thread_id, n.ns, parent) if parent else None,
-            pending_writes=self._pending_writes(n.write_rows(entry.checkpoint_id)),
-        )
-
-    def _task_writes(self, rows: Sequence[WriteRow], channel: str | None = None) -> TaskWrites:
-        """Stored write rows (in ``writes_sort_key`` order) decoded in that order."""
-        return [
-            TaskWrite(task_id, task_path, ch, decode(self.serde, type_, codec, blob))
-            for task_id, _, ch, task_path, type_, codec, blob in rows
-            if channel is None or ch == channel
-        ]
-
-    def _pending_writes(self, rows: Sequence[WriteRow], channel: str | None = None) -> Writes:
-        return [(w.task_id, w.channel, w.value) for w in self._task_writes(rows, channel)]
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         """See :meth:`Checkpointer.get_writes`: the writes ``get_tuple`` returns, with their
@@ -305,7 +256,7 @@ class FileCheckpointer(Checkpointer):
             raise ConfigurationError("get_writes needs a checkpoint_id in the config")
         n = self._open_store().namespace(thread_id, ns)
         with reporting(n, checkpoint_id):
-            return self._task_writes(n.write_rows(checkpoint_id))
+            return task_writes(self.serde, n.write_rows(checkpoint_id))
 
     def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
         """Claim ``thread_id`` for one run (see :meth:`Checkpointer.claim_thread`): a
@@ -324,7 +275,8 @@ class FileCheckpointer(Checkpointer):
     ) -> RunnableConfig:
         """Store ``checkpoint`` as a child of the checkpoint ``config`` names, writing the
         values of the channels in ``new_versions`` only. Atomic: the checkpoint exists
-        once its index line is written, after every file it needs is durable."""
+        once its line (holding its small values) is appended and flushed, after the
+        files of its large values are durable."""
         thread_id, ns, parent_id = location(config)
         checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
         stripped: dict[str, Any] = dict(checkpoint)
@@ -345,23 +297,24 @@ class FileCheckpointer(Checkpointer):
         n = store.namespace(thread_id, ns)
         with store.checkpoints_lock(thread_id):
             store.ensure(n)
-            remember = write_values(n, plans, self._recent)
-            stored = stored_channels(n, versions, plans)
-            entry = make_entry(
-                {
-                    "checkpoint_id": checkpoint_id,
-                    "parent_checkpoint_id": parent_id,
-                    "run_id": run_id if isinstance(run_id, str) else None,
-                    "metadata": stored_metadata,
-                    "channel_versions": versions,
-                    "values": stored,  # the channels with a stored value at their version
-                    "type": type_,
-                    "codec": codec,
-                    "checkpoint": base64.b64encode(body).decode("ascii"),
-                }
-            )
-            store.commit(n, entry)
-        for channel, remembered in remember.items():  # only now: the write is committed
+            with reporting(n, checkpoint_id), store.index(n, writable=True) as view:
+                placed = place_values(n, view, checkpoint_id, parent_id, versions, plans)
+                entry = make_entry(
+                    {
+                        "checkpoint_id": checkpoint_id,
+                        "parent_checkpoint_id": parent_id,
+                        "run_id": run_id if isinstance(run_id, str) else None,
+                        "metadata": stored_metadata,
+                        "channel_versions": versions,
+                        "values": placed.values,  # channel -> the line holding its value
+                        "stored": placed.stored,  # the values this checkpoint created
+                        "type": type_,
+                        "codec": codec,
+                        "checkpoint": base64.b64encode(body).decode("ascii"),
+                    }
+                )
+                store.commit(n, view, entry)
+        for channel, remembered in placed.remember.items():  # only now: it is committed
             self._recent.put((thread_id, ns, channel), remembered)
         return checkpoint_config(thread_id, ns, checkpoint_id)
 
@@ -374,8 +327,9 @@ class FileCheckpointer(Checkpointer):
     ) -> None:
         """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
         a regular write already stored for (task, index) is kept; the special channels
-        (``__error__``, ``__interrupt__``, ...) are replaced by the newest write. A
-        damaged writes file is never overwritten: CorruptCheckpointError. Runs under the
+        (``__error__``, ``__interrupt__``, ...) are replaced by the newest write. Atomic:
+        one appended, flushed line stores the whole call. A damaged writes line of this
+        checkpoint raises CorruptCheckpointError and nothing is added. Runs under the
         thread's writes lock, not the lock ``put`` holds."""
         thread_id, ns, checkpoint_id = location(config)
         if checkpoint_id is None:
@@ -424,7 +378,7 @@ class FileCheckpointer(Checkpointer):
         for thread_id in store.thread_ids():
             with store.lock(thread_id):
                 for n in store.namespaces(thread_id):
-                    store.drop_runs(n, ids)
+                    drop_runs(store, n, ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (all namespaces), value and write of the source thread
@@ -451,7 +405,7 @@ class FileCheckpointer(Checkpointer):
         for thread_id in ids:
             with store.lock(thread_id):
                 for n in store.namespaces(thread_id):
-                    store.keep_latest(n)
+                    keep_latest(store, n)
 
     # -- DeltaChannel support ------------------------------------------------------------
 
@@ -467,21 +421,7 @@ class FileCheckpointer(Checkpointer):
         thread_id, ns, checkpoint_id = location(config)
         store = self._open_store()
         n = store.namespace(thread_id, ns)
-        target = next(store.newest(n, None, checkpoint_id), None)
-        chains: dict[str, list[str]] = {ch: [] for ch in channels}
-        seeds: dict[str, Payload] = {}
-        rows: dict[str, list[WriteRow]] = {}
-        if target is not None:
-            with reporting(n, target.checkpoint_id), store.index(n) as view:
-                chains, seeds = walk(n, view, target, channels)
-                for ancestor in {c for chain in chains.values() for c in chain}:
-                    rows[ancestor] = n.write_rows(ancestor)
-
-        def writes_of(ancestor: str, ch: str) -> Writes:
-            return self._pending_writes(rows[ancestor], ch)
-
-        decoded = {ch: decode(self.serde, *payload) for ch, payload in seeds.items()}
-        return assemble_history(channels, chains, decoded, writes_of)
+        return delta_history(self.serde, store, n, checkpoint_id, channels)
 
     # -- integrity -----------------------------------------------------------------------
 
