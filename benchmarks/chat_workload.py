@@ -9,7 +9,9 @@ are played round-robin (turn 1 of every thread, then turn 2, ...), so every save
 same inputs in the same order; the history of each thread grows with every turn.
 
 Every saver is first warmed up on a throwaway instance (a few turns plus reads), then
-measured on a fresh one, all in this one process:
+measured on a fresh one, all in this one process and interleaved: turn ``n`` of every
+thread runs on every saver (in a rotating order) before turn ``n + 1`` runs on any, and the
+reads alternate the same way, so load from elsewhere on the machine hits all savers alike:
 
 * first 10 / last 10: median ms of one invoke over the first / last 10 turns of every thread;
 * get_state: median ms of ~20 ``graph.get_state`` calls on the finished threads;
@@ -30,6 +32,8 @@ Run it with ``make bench`` or::
 """
 
 import argparse
+import contextlib
+import functools
 import gc
 import json
 import random
@@ -264,6 +268,7 @@ class Result:
     checkpoints_per_thread: int | None = None
     error: str | None = None
     turn_ms: list[list[float]] = field(default_factory=list, repr=False)
+    samples: list[float] = field(default_factory=list, repr=False)
 
 
 def timed_ms(fn: Callable[[], object]) -> float:
@@ -279,17 +284,23 @@ def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def play(graph: Any, thread_ids: list[str], turns: int, label: str) -> list[list[float]]:
-    """Play ``turns`` turns round-robin over the threads; return ms per invoke [thread][turn]."""
-    turn_ms: list[list[float]] = [[] for _ in thread_ids]
+@dataclass
+class Run:
+    """One saver being measured: its open store, its graph and what was measured so far."""
+
+    backend: Backend
+    store: Store
+    graph: Any
+    result: Result
+
+
+def play(graph: Any, thread_ids: list[str], turns: int) -> None:
+    """Play ``turns`` untimed turns round-robin over the threads (a warm-up)."""
     for turn in range(turns):
         for t, thread_id in enumerate(thread_ids):
-            turn_input = {"messages": [HumanMessage(human_text(t, turn))]}
-            config = thread_config(thread_id)
-            turn_ms[t].append(timed_ms(lambda: graph.invoke(turn_input, config)))  # noqa: B023
-        if (turn + 1) % 10 == 0 or turn + 1 == turns:
-            progress(f"[{label}] turn {turn + 1}/{turns} x {len(thread_ids)} threads")
-    return turn_ms
+            graph.invoke(
+                {"messages": [HumanMessage(human_text(t, turn))]}, thread_config(thread_id)
+            )
 
 
 def exercise_reads(graph: Any, saver: BaseCheckpointSaver[Any], thread_ids: list[str]) -> None:
@@ -304,45 +315,81 @@ def warm_up(backend: Backend, tmp: Path) -> None:
     """Run the code paths once on a throwaway instance so imports and caches are not timed."""
     with backend.open(tmp / f"warmup-{backend.key}.db") as store:
         graph = build_graph(store.saver)
-        play(graph, ["warmup"], WARMUP_TURNS, f"{backend.key} warm-up")
+        play(graph, ["warmup"], WARMUP_TURNS)
         exercise_reads(graph, store.saver, ["warmup"])
 
 
-def measure(backend: Backend, threads: int, turns: int, tmp: Path) -> Result:
-    result = Result(backend.label)
-    warm_up(backend, tmp)
-    gc.collect()
-    with backend.open(tmp / f"{backend.key}.db") as store:
-        graph, saver = build_graph(store.saver), store.saver
-        thread_ids = [f"thread-{t}" for t in range(threads)]
-        result.turn_ms = play(graph, thread_ids, turns, backend.key)
+def rotated(runs: list[Run], shift: int) -> list[Run]:
+    """``runs`` starting at a different one each time, so none always follows another."""
+    shift %= len(runs)
+    return runs[shift:] + runs[:shift]
+
+
+def timed_each(runs: list[Run], samples: int, call: Callable[[Run, int], object]) -> None:
+    """Time ``call(run, i)`` for every run, interleaved sample by sample, into
+    ``run.result.samples``."""
+    for i in range(samples):
+        for run in rotated(runs, i):
+            run.result.samples.append(timed_ms(functools.partial(call, run, i)))
+
+
+def measure(backends: list[Backend], threads: int, turns: int, tmp: Path) -> list[Result]:
+    """Measure every saver in one interleaved run: turn ``n`` of every thread is played on
+    every saver before turn ``n + 1`` on any, and reads alternate the same way, so a burst
+    of load on the machine slows every saver alike and the ratios stay meaningful."""
+    results = [Result(backend.label) for backend in backends]
+    thread_ids = [f"thread-{t}" for t in range(threads)]
+    with contextlib.ExitStack() as stack:
+        runs = []
+        for backend, result in zip(backends, results, strict=True):
+            try:
+                warm_up(backend, tmp)
+                store = stack.enter_context(backend.open(tmp / f"{backend.key}.db"))
+            except Exception as exc:  # e.g. ours not importable, or no Redis
+                traceback.print_exc(file=sys.stderr)
+                result.error = f"{type(exc).__name__}: {exc}"
+                continue
+            runs.append(Run(backend, store, build_graph(store.saver), result))
+            result.turn_ms = [[] for _ in thread_ids]
+        gc.collect()
+        for turn in range(turns):
+            for run in rotated(runs, turn):
+                for t, thread_id in enumerate(thread_ids):
+                    turn_input = {"messages": [HumanMessage(human_text(t, turn))]}
+                    config = thread_config(thread_id)
+                    ms = timed_ms(lambda: run.graph.invoke(turn_input, config))  # noqa: B023
+                    run.result.turn_ms[t].append(ms)
+            if (turn + 1) % 10 == 0 or turn + 1 == turns:
+                progress(f"turn {turn + 1}/{turns} x {threads} threads x {len(runs)} savers")
         edge = min(EDGE_TURNS, turns)
-        result.first_ms = statistics.median(ms for row in result.turn_ms for ms in row[:edge])
-        result.last_ms = statistics.median(ms for row in result.turn_ms for ms in row[-edge:])
-
+        for run in runs:
+            rows = run.result.turn_ms
+            run.result.first_ms = statistics.median(ms for row in rows for ms in row[:edge])
+            run.result.last_ms = statistics.median(ms for row in rows for ms in row[-edge:])
         configs = [thread_config(thread_ids[i % threads]) for i in range(READ_SAMPLES)]
-        result.get_state_ms = statistics.median(
-            timed_ms(lambda c=c: graph.get_state(c)) for c in configs
-        )
-        result.list_ms = statistics.median(
-            timed_ms(lambda c=c: list(saver.list(c, limit=10))) for c in configs
-        )
-        result.history_ms = statistics.median(
-            timed_ms(lambda t=t: list(graph.get_state_history(thread_config(t))))
-            for t in thread_ids
-        )
-        result.checkpoints_per_thread = len(list(saver.list(configs[0])))
-    result.bytes = store.size()  # after the saver is closed
-    return result
-
-
-def run_backend(backend: Backend, threads: int, turns: int, tmp: Path) -> Result:
-    """Measure one saver; a failure (e.g. ours not importable) becomes an error row."""
-    try:
-        return measure(backend, threads, turns, tmp)
-    except Exception as exc:
-        traceback.print_exc(file=sys.stderr)
-        return Result(backend.label, error=f"{type(exc).__name__}: {exc}")
+        reads: list[tuple[str, int, Callable[[Run, int], object]]] = [
+            ("get_state_ms", READ_SAMPLES, lambda run, i: run.graph.get_state(configs[i])),
+            (
+                "list_ms",
+                READ_SAMPLES,
+                lambda run, i: list(run.store.saver.list(configs[i], limit=10)),
+            ),
+            (
+                "history_ms",
+                threads,
+                lambda run, i: list(run.graph.get_state_history(thread_config(thread_ids[i]))),
+            ),
+        ]
+        for column, samples, call in reads:
+            timed_each(runs, samples, call)
+            for run in runs:
+                setattr(run.result, column, statistics.median(run.result.samples))
+                run.result.samples.clear()
+        for run in runs:
+            run.result.checkpoints_per_thread = len(list(run.store.saver.list(configs[0])))
+    for run in runs:
+        run.result.bytes = run.store.size()  # after the saver is closed
+    return results
 
 
 # -- reporting ---------------------------------------------------------------------------
@@ -429,11 +476,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads < 1 or args.turns < 1:
         parser.error("--threads and --turns must be >= 1")
 
-    results = []
+    backends = [b for b in BACKENDS if b.key in wanted]
     with tempfile.TemporaryDirectory(prefix="statekeeper-bench-") as tmp:
-        for backend in (b for b in BACKENDS if b.key in wanted):
-            results.append((backend, run_backend(backend, args.threads, args.turns, Path(tmp))))
-            gc.collect()
+        measured = measure(backends, args.threads, args.turns, Path(tmp))
+    results = list(zip(backends, measured, strict=True))
     if sys.stderr.isatty():
         print(file=sys.stderr)
     report = as_json if args.json else markdown
