@@ -1,8 +1,13 @@
-"""Generate the multi-session conversation dataset ``statekeeper memory eval`` is tuned on.
+"""Generate the multi-session conversation datasets of ``statekeeper memory eval``.
 
-Deterministic for a given ``--seed``: the committed ``benchmarks/memory/dataset.json`` is::
+Two splits, each deterministic: ``dev`` (for tuning the pipeline) and ``test`` (held out:
+reported on, never tuned on). They differ in their random seed and in their vocabulary:
+every list of names, employers, cities, pets, foods, hobbies, cars, small-talk topics,
+greetings and question wordings is cut in two halves, one per split, so nothing tuned on
+the words of ``dev`` can carry over to ``test``. The committed files are::
 
-    .venv/bin/python benchmarks/memory/make_dataset.py > benchmarks/memory/dataset.json
+    .venv/bin/python benchmarks/memory/make_dataset.py --split dev > benchmarks/memory/dev.json
+    .venv/bin/python benchmarks/memory/make_dataset.py --split test > benchmarks/memory/test.json
 
 Each conversation is a user (one persona) chatting with an assistant over several sessions
 weeks apart. Most turns are small talk; among them the user mentions facts about their
@@ -32,19 +37,35 @@ import random
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+T = TypeVar("T")
+
+SPLITS = {"dev": (0, 20240508), "test": (1, 20240917)}  # split -> (half, seed)
 ASSISTANT = "Assistant"
-PERSONAS = [
+PERSONAS = [  # even entries are dev's, odd entries test's
     ("Ana", "she", "her"),
+    ("Grace", "she", "her"),
     ("Marcus", "he", "his"),
+    ("Ravi", "he", "his"),
     ("Priya", "she", "her"),
+    ("Sofia", "she", "her"),
     ("Tomás", "he", "his"),
+    ("Kwame", "he", "his"),
     ("Yuki", "she", "her"),
+    ("Hannah", "she", "her"),
     ("Daniel", "he", "his"),
+    ("Mateo", "he", "his"),
     ("Leila", "she", "her"),
+    ("Ingrid", "she", "her"),
     ("Owen", "he", "his"),
+    ("Jun", "he", "his"),
 ]
+
+
+def half(options: list[T], split: int) -> list[T]:
+    """The split's half of a vocabulary list: even entries for dev, odd ones for test."""
+    return options[split::2]
 
 
 @dataclass
@@ -80,10 +101,31 @@ class Persona:
     subj: str
     poss: str
     rng: random.Random
+    split: int  # 0 dev, 1 test: which half of every vocabulary list this persona uses
     absent: set[str] = field(default_factory=set)  # fact kinds never mentioned
 
     def pick(self, options: list[Any]) -> Any:
-        return self.rng.choice(options)
+        """One entry of the split's half of ``options`` (a wording or a vocabulary list)."""
+        return self.rng.choice(half(options, self.split))
+
+    def sample(self, options: list[Any], n: int) -> list[Any]:
+        """``n`` distinct entries of the split's half of ``options``."""
+        return self.rng.sample(half(options, self.split), n)
+
+
+HOME_CITIES = [
+    "Lisbon", "Rotterdam", "Denver", "Porto", "Toronto", "Glasgow",
+    "Edinburgh", "Minneapolis", "Austin", "Nagoya", "Osaka", "Adelaide",
+]  # fmt: skip
+FAR_CITIES = [
+    "Montreal", "Vancouver", "Dublin", "Munich", "Valencia", "Cape Town",
+    "Seattle", "Santiago", "Melbourne", "Helsinki",
+]  # fmt: skip
+FIRMS = [
+    "Northwind Logistics", "Pinecrest Insurance", "Brightpath Health", "Harbor & Finch",
+    "Lumen Studio", "Bluefield Energy", "Crescent Bank", "Orchard Robotics",
+    "Tidewater Labs", "Silverline Media", "Quarry Systems", "Maple Street Clinic",
+]  # fmt: skip
 
 
 def pet(p: Persona) -> Fact:
@@ -91,13 +133,20 @@ def pet(p: Persona) -> Fact:
         [
             ("beagle", "dog", "puppy"),
             ("golden retriever", "dog", "puppy"),
-            ("border collie", "dog", "puppy"),
             ("Maine Coon", "cat", "kitten"),
             ("Siamese", "cat", "kitten"),
+            ("border collie", "dog", "puppy"),
+            ("labrador", "dog", "puppy"),
+            ("ragdoll", "cat", "kitten"),
+            ("Persian", "cat", "kitten"),
         ]
     )
-    name = p.pick(["Biscuit", "Pepper", "Mochi", "Juniper", "Waffles", "Olive", "Ziggy"])
+    name = p.pick(
+        ["Biscuit", "Noodle", "Pepper", "Clementine", "Mochi", "Bruno", "Juniper", "Tofu",
+         "Waffles", "Pickles", "Olive", "Rocket", "Ziggy", "Bean"]
+    )  # fmt: skip
     p.absent.add("cat" if species == "dog" else "dog")
+    pronoun = "him" if species == "dog" else "her"
     adopt = Event(
         "adopt",
         [
@@ -105,9 +154,9 @@ def pet(p: Persona) -> Fact:
                 p.pick(
                     [
                         f"Big news: we adopted a {breed} {young} from the shelter on Saturday! "
-                        f"We're calling {'him' if species == 'dog' else 'her'} {name}.",
+                        f"We're calling {pronoun} {name}.",
                         f"So I caved and brought home a little {breed} {young} from the shelter. "
-                        f"Her name is {name} and she already owns the couch.",
+                        f"Meet {name}, who already owns the couch.",
                     ]
                 ),
                 f"Congratulations! A {breed} is a wonderful companion. How is {name} settling "
@@ -126,8 +175,14 @@ def pet(p: Persona) -> Fact:
         "vet",
         [
             Turn(
-                f"Rough evening. {name} swallowed part of a sock and we ended up at the "
-                "emergency vet until midnight.",
+                p.pick(
+                    [
+                        f"Rough evening. {name} swallowed part of a sock and we ended up at the "
+                        "emergency vet until midnight.",
+                        f"Long night: {name} ate a hair tie and we spent four hours at the "
+                        "animal clinic.",
+                    ]
+                ),
                 "Oh no, that sounds scary. Is everything okay now?",
             ),
             Turn(
@@ -140,23 +195,58 @@ def pet(p: Persona) -> Fact:
     return Fact(
         [adopt, vet],
         [
-            ("single-hop", f"What breed is {p.name}'s {species}?", breed, ["adopt"]),
             (
                 "single-hop",
-                f"Where did {p.name} get the new {species} from?",
+                p.pick(
+                    [
+                        f"What breed is {p.name}'s {species}?",
+                        f"What kind of {species} did {p.name} get?",
+                    ]
+                ),
+                breed,
+                ["adopt"],
+            ),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"Where did {p.name} get the new {species} from?",
+                        f"Which place did {p.name}'s {species} come from?",
+                    ]
+                ),
                 "the shelter",
                 ["adopt/u"],
             ),
-            ("temporal", f"When did {name} join {p.name}'s household?", "{date:adopt}", ["adopt"]),
+            (
+                "temporal",
+                p.pick(
+                    [
+                        f"When did {name} join {p.name}'s household?",
+                        f"When did {p.name} take {name} in?",
+                    ]
+                ),
+                "{date:adopt}",
+                ["adopt"],
+            ),
             (
                 "multi-hop",
-                f"What breed is the animal {p.name} rushed to the animal hospital?",
+                p.pick(
+                    [
+                        f"What breed is the animal {p.name} rushed to the animal hospital?",
+                        f"What breed is the pet that {p.name} took for emergency treatment?",
+                    ]
+                ),
                 breed,
                 ["vet", "adopt"],
             ),
             (
                 "temporal",
-                f"Which month did {p.name}'s pet need emergency care?",
+                p.pick(
+                    [
+                        f"Which month did {p.name}'s pet need emergency care?",
+                        f"In what month did {p.name}'s animal have a medical scare?",
+                    ]
+                ),
                 "{month:vet}",
                 ["vet"],
             ),
@@ -166,26 +256,32 @@ def pet(p: Persona) -> Fact:
 
 def job(p: Persona) -> Fact:
     roles = [
-        "data analyst",
-        "pediatric nurse",
-        "UX designer",
-        "chemistry teacher",
-        "civil engineer",
-        "product manager",
-    ]
-    role, role2 = p.rng.sample(roles, 2)
-    firms = ["Northwind Logistics", "Brightpath Health", "Lumen Studio", "Crescent Bank"]
-    company, company2 = p.rng.sample([*firms, "Tidewater Labs", "Quarry Systems"], 2)
+        "data analyst", "physiotherapist", "pediatric nurse", "software developer",
+        "UX designer", "chemistry teacher", "civil engineer", "product manager",
+    ]  # fmt: skip
+    role, role2 = p.sample(roles, 2)
+    company, company2 = p.sample(FIRMS, 2)
     offer = Event(
         "offer",
         [
             Turn(
-                f"I signed the offer! I'm starting as a {role} at {company} on the first of "
-                "the month.",
+                p.pick(
+                    [
+                        f"I signed the offer! I'm starting as a {role} at {company} on the "
+                        "first of the month.",
+                        f"It's official: {company} hired me as their new {role}, I start in "
+                        "two weeks.",
+                    ]
+                ),
                 "That's fantastic, congratulations! What made you say yes?",
             ),
             Turn(
-                "The team felt kind, and the commute is twenty minutes by bike.",
+                p.pick(
+                    [
+                        "The team felt kind, and the commute is twenty minutes by bike.",
+                        "I liked the people, and I can cycle there in about twenty minutes.",
+                    ]
+                ),
                 "Those two things matter more than people think.",
             ),
         ],
@@ -194,8 +290,14 @@ def job(p: Persona) -> Fact:
         "change",
         [
             Turn(
-                f"Okay, I handed in my notice at {company}. In three weeks I'm joining "
-                f"{company2} as a {role2}.",
+                p.pick(
+                    [
+                        f"Okay, I handed in my notice at {company}. In three weeks I'm joining "
+                        f"{company2} as a {role2}.",
+                        f"Big change: I resigned from {company} today, and next month I start "
+                        f"at {company2} as a {role2}.",
+                    ]
+                ),
                 f"Wow, a big step. {company2} sounds like a great place to work. How do "
                 "you feel about it?",
                 "ua",
@@ -205,23 +307,55 @@ def job(p: Persona) -> Fact:
     return Fact(
         [offer, change],
         [
-            ("single-hop", f"Which employer hired {p.name} first?", company, ["offer"]),
             (
                 "single-hop",
-                f"How does {p.name} get to the office at {company}?",
+                p.pick(
+                    [
+                        f"Which employer hired {p.name} first?",
+                        f"What was the first company {p.name} worked at?",
+                    ]
+                ),
+                company,
+                ["offer"],
+            ),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"How does {p.name} get to the office at {company}?",
+                        f"How does {p.name} commute to {company}?",
+                    ]
+                ),
                 "by bike, about twenty minutes",
                 ["offer.1"],
             ),
-            ("knowledge-update", f"Who does {p.name} work for now?", company2, ["change"]),
+            (
+                "knowledge-update",
+                p.pick(
+                    [f"Who does {p.name} work for now?", f"What is {p.name}'s current employer?"]
+                ),
+                company2,
+                ["change"],
+            ),
             (
                 "multi-hop",
-                f"What was {p.name}'s position before {p.subj} switched to {company2}?",
+                p.pick(
+                    [
+                        f"What was {p.name}'s position before {p.subj} switched to {company2}?",
+                        f"What role did {p.name} have before joining {company2}?",
+                    ]
+                ),
                 role,
                 ["offer", "change"],
             ),
             (
                 "temporal",
-                f"When did {p.name} resign from {company}?",
+                p.pick(
+                    [
+                        f"When did {p.name} resign from {company}?",
+                        f"When did {p.name} quit {p.poss} job at {company}?",
+                    ]
+                ),
                 "{date:change}",
                 ["change"],
             ),
@@ -230,14 +364,20 @@ def job(p: Persona) -> Fact:
 
 
 def home(p: Persona) -> Fact:
-    city, city2 = p.rng.sample(["Lisbon", "Denver", "Toronto", "Edinburgh", "Austin", "Osaka"], 2)
-    years = p.pick(["six", "eight", "three", "ten"])
+    city, city2 = p.sample(HOME_CITIES, 2)
+    years = p.pick(["six", "five", "eight", "four", "three", "twelve", "ten", "seven"])
     settled = Event(
         "settled",
         [
             Turn(
-                f"Funny, I've been in {city} {years} years and still haven't seen the "
-                "old fort everyone talks about.",
+                p.pick(
+                    [
+                        f"Funny, I've been in {city} {years} years and still haven't seen the "
+                        "old fort everyone talks about.",
+                        f"After {years} years in {city} I still get lost in the old town, "
+                        "embarrassing.",
+                    ]
+                ),
                 "Sometimes the sights closest to home are the ones we skip!",
             )
         ],
@@ -246,7 +386,13 @@ def home(p: Persona) -> Fact:
         "move",
         [
             Turn(
-                f"The movers come Saturday. We're officially relocating to {city2}!",
+                p.pick(
+                    [
+                        f"The movers come Saturday. We're officially relocating to {city2}!",
+                        f"Lease signed! We're packing up and moving to {city2} at the end of "
+                        "the month.",
+                    ]
+                ),
                 f"A new city! What made you pick {city2}?",
                 "ua",
             ),
@@ -262,34 +408,74 @@ def home(p: Persona) -> Fact:
         [
             (
                 "single-hop",
-                f"How long had {p.name} lived in {city}?",
+                p.pick(
+                    [
+                        f"How long had {p.name} lived in {city}?",
+                        f"How many years did {p.name} spend in {city}?",
+                    ]
+                ),
                 f"{years} years",
                 ["settled"],
             ),
-            ("knowledge-update", f"Which city is {p.name} living in these days?", city2, ["move"]),
+            (
+                "knowledge-update",
+                p.pick(
+                    [
+                        f"Which city is {p.name} living in these days?",
+                        f"Where does {p.name} live now?",
+                    ]
+                ),
+                city2,
+                ["move"],
+            ),
             (
                 "multi-hop",
-                f"Which city did {p.name} leave when {p.subj} moved to {city2}?",
+                p.pick(
+                    [
+                        f"Which city did {p.name} leave when {p.subj} moved to {city2}?",
+                        f"Where was {p.name} based before heading to {city2}?",
+                    ]
+                ),
                 city,
                 ["settled", "move"],
             ),
-            ("temporal", f"In which month did {p.name} move house?", "{month:move}", ["move"]),
+            (
+                "temporal",
+                p.pick(
+                    [
+                        f"In which month did {p.name} move house?",
+                        f"What month did {p.name} relocate?",
+                    ]
+                ),
+                "{month:move}",
+                ["move"],
+            ),
         ],
     )
 
 
 def sibling(p: Persona) -> Fact:
-    rel, pron = p.pick([("sister", "she"), ("brother", "he")])
+    rel, pron = p.rng.choice([("sister", "she"), ("brother", "he")])
     p.absent.add("brother" if rel == "sister" else "sister")
-    name = p.pick(["Maya", "Rosa", "Inés"] if rel == "sister" else ["Leo", "Karim", "Ben"])
-    city = p.pick(["Montreal", "Dublin", "Valencia", "Seattle", "Melbourne"])
-    work = p.pick(["firefighter", "dentist", "architect", "airline pilot", "journalist"])
+    names = ["Maya", "Clara", "Rosa", "Amara", "Inés", "Freya"]
+    name = p.pick(names if rel == "sister" else ["Leo", "Felix", "Karim", "Hugo", "Ben", "Arjun"])
+    city = p.pick(FAR_CITIES)
+    work = p.pick(
+        ["firefighter", "veterinarian", "dentist", "translator", "architect", "chef",
+         "airline pilot", "marine biologist", "journalist", "pharmacist"]
+    )  # fmt: skip
     intro = Event(
         "intro",
         [
             Turn(
-                f"My {rel} {name} called, {pron} finally got the {work} job {pron} wanted, "
-                f"in {city}, where {pron}'s lived since college.",
+                p.pick(
+                    [
+                        f"My {rel} {name} called, {pron} finally got the {work} job {pron} "
+                        f"wanted, in {city}, where {pron}'s lived since college.",
+                        f"Good news from {name}, my {rel}: {pron} is now working as a {work} "
+                        f"in {city}, where {pron} settled after college.",
+                    ]
+                ),
                 f"That's lovely news for {name}! You must be proud.",
             )
         ],
@@ -298,8 +484,14 @@ def sibling(p: Persona) -> Fact:
         "trip",
         [
             Turn(
-                f"Just booked flights to see {name} for a long weekend. I haven't visited "
-                "in two years.",
+                p.pick(
+                    [
+                        f"Just booked flights to see {name} for a long weekend. I haven't "
+                        "visited in two years.",
+                        f"Plane tickets bought! I'm going to visit {name} next month, first "
+                        "time in ages.",
+                    ]
+                ),
                 "That will be a special trip. Any plans while you're there?",
             ),
             Turn(
@@ -312,14 +504,39 @@ def sibling(p: Persona) -> Fact:
     return Fact(
         [intro, trip],
         [
-            ("single-hop", f"What is {p.name}'s {rel}'s occupation?", work, ["intro"]),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"What is {p.name}'s {rel}'s occupation?",
+                        f"What does {p.name}'s {rel} do for a living?",
+                    ]
+                ),
+                work,
+                ["intro"],
+            ),
             (
                 "multi-hop",
-                f"Which city did {p.name} fly to when visiting {name}?",
+                p.pick(
+                    [
+                        f"Which city did {p.name} fly to when visiting {name}?",
+                        f"Where did {p.name} travel to see {name}?",
+                    ]
+                ),
                 city,
                 ["intro", "trip"],
             ),
-            ("temporal", f"When did {p.name} arrange the trip to {name}?", "{date:trip}", ["trip"]),
+            (
+                "temporal",
+                p.pick(
+                    [
+                        f"When did {p.name} arrange the trip to {name}?",
+                        f"When did {p.name} book the visit to {name}?",
+                    ]
+                ),
+                "{date:trip}",
+                ["trip"],
+            ),
         ],
     )
 
@@ -328,16 +545,27 @@ def hobby(p: Persona) -> Fact:
     craft, result = p.pick(
         [
             ("pottery", "a bowl that didn't collapse"),
+            ("calligraphy", "a framed poem for the hallway"),
             ("watercolor", "a painting of the harbor"),
+            ("jewelry making", "a pair of silver earrings"),
             ("woodworking", "a small bookshelf"),
+            ("stained glass", "a little sun catcher"),
             ("ceramics", "a set of two mugs"),
+            ("bookbinding", "a leather notebook"),
         ]
     )
     start = Event(
         "start",
         [
             Turn(
-                f"I enrolled in a {craft} course at the community center, Tuesday evenings.",
+                p.pick(
+                    [
+                        f"I enrolled in a {craft} course at the community center, Tuesday "
+                        "evenings.",
+                        f"Signed up for {craft} classes at the community center, every "
+                        "Thursday night.",
+                    ]
+                ),
                 "What a nice way to unwind after work! Have you tried it before?",
             )
         ],
@@ -346,7 +574,12 @@ def hobby(p: Persona) -> Fact:
         "done",
         [
             Turn(
-                f"Proud moment: I finished {result} in class tonight.",
+                p.pick(
+                    [
+                        f"Proud moment: I finished {result} in class tonight.",
+                        f"I brought home {result} from class, I'm weirdly proud.",
+                    ]
+                ),
                 "That's a real milestone. Are you going to keep it or gift it?",
             )
         ],
@@ -356,14 +589,31 @@ def hobby(p: Persona) -> Fact:
         [
             (
                 "single-hop",
-                f"What kind of lessons is {p.name} taking at the community center?",
+                p.pick(
+                    [
+                        f"What kind of lessons is {p.name} taking at the community center?",
+                        f"What is {p.name} learning at the community center?",
+                    ]
+                ),
                 craft,
                 ["start"],
             ),
-            ("single-hop", f"What did {p.name} make in class?", result, ["done"]),
+            (
+                "single-hop",
+                p.pick(
+                    [f"What did {p.name} make in class?", f"What did {p.name} create in class?"]
+                ),
+                result,
+                ["done"],
+            ),
             (
                 "temporal",
-                f"Which new activity did {p.name} pick up in {{month:start}}?",
+                p.pick(
+                    [
+                        f"Which new activity did {p.name} pick up in {{month:start}}?",
+                        f"What hobby did {p.name} start in {{month:start}}?",
+                    ]
+                ),
                 craft,
                 ["start"],
             ),
@@ -372,12 +622,19 @@ def hobby(p: Persona) -> Fact:
 
 
 def food(p: Persona) -> Fact:
-    allergen = p.pick(["peanuts", "shellfish", "sesame", "kiwi"])
+    allergen = p.pick(
+        ["peanuts", "walnuts", "shellfish", "soy", "sesame", "mustard", "kiwi", "celery"]
+    )
     allergy = Event(
         "allergy",
         [
             Turn(
-                f"Quick heads-up for any recipes: I'm allergic to {allergen}.",
+                p.pick(
+                    [
+                        f"Quick heads-up for any recipes: I'm allergic to {allergen}.",
+                        f"Before you suggest any dishes: anything with {allergen} gives me hives.",
+                    ]
+                ),
                 f"Noted. I'll leave {allergen} out of any recipes I suggest.",
                 "ua",
             )
@@ -387,8 +644,13 @@ def food(p: Persona) -> Fact:
         "veggie",
         [
             Turn(
-                "Remember those steak recipes? I've gone fully vegetarian since the "
-                "documentary last month.",
+                p.pick(
+                    [
+                        "Remember those steak recipes? I've gone fully vegetarian since the "
+                        "documentary last month.",
+                        "Small update: I stopped eating meat a few weeks ago, plants only now.",
+                    ]
+                ),
                 "Got it, no meat from now on. Lentils and mushrooms can stand in nicely.",
                 "ua",
             )
@@ -399,13 +661,18 @@ def food(p: Persona) -> Fact:
         [
             (
                 "single-hop",
-                f"Which ingredient must be left out of {p.name}'s dinners?",
+                p.pick(
+                    [
+                        f"Which ingredient must be left out of {p.name}'s dinners?",
+                        f"What should never go into a meal cooked for {p.name}?",
+                    ]
+                ),
                 allergen,
                 ["allergy"],
             ),
             (
                 "knowledge-update",
-                f"Does {p.name} still eat meat?",
+                p.pick([f"Does {p.name} still eat meat?", f"Is {p.name} eating meat these days?"]),
                 "no, vegetarian now",
                 ["veggie"],
             ),
@@ -414,15 +681,29 @@ def food(p: Persona) -> Fact:
 
 
 def partner(p: Persona) -> Fact:
-    rel = p.pick(["wife", "husband", "partner"])
-    name = p.pick(["Sam", "Jordan", "Elena", "Chris", "Mei", "Rafael"])
-    work = p.pick(["a paramedic", "a sound engineer", "a baker", "an accountant"])
-    place = p.pick(["a cabin by the lake", "a vineyard hotel", "a tiny inn on the coast"])
+    rel = p.rng.choice(["wife", "husband", "partner"])
+    name = p.pick(
+        ["Sam", "Alex", "Jordan", "Noor", "Elena", "Jamie", "Chris", "Lucia", "Mei", "Theo",
+         "Rafael", "Hana"]
+    )  # fmt: skip
+    work = p.pick(
+        ["a paramedic", "a pharmacist", "a sound engineer", "a bus driver", "a baker",
+         "an electrician", "an accountant", "a librarian"]
+    )  # fmt: skip
+    place = p.pick(
+        ["a cabin by the lake", "a treehouse in the forest", "a vineyard hotel",
+         "a spa resort in the mountains", "a tiny inn on the coast", "a houseboat on the river"]
+    )  # fmt: skip
     intro = Event(
         "partner",
         [
             Turn(
-                f"My {rel} {name} is working nights again. Being {work} means odd hours.",
+                p.pick(
+                    [
+                        f"My {rel} {name} is working nights again. Being {work} means odd hours.",
+                        f"{name}, my {rel}, has early shifts all month; that's life as {work}.",
+                    ]
+                ),
                 "Odd shifts are hard on a household. Do you get much time together?",
             )
         ],
@@ -431,7 +712,13 @@ def partner(p: Persona) -> Fact:
         "anniversary",
         [
             Turn(
-                f"I booked {place} for our anniversary. {name} has no idea yet!",
+                p.pick(
+                    [
+                        f"I booked {place} for our anniversary. {name} has no idea yet!",
+                        f"Secret plan: a weekend at {place} for our anniversary, don't tell "
+                        f"{name}!",
+                    ]
+                ),
                 "What a lovely surprise. I hope the weather cooperates.",
             )
         ],
@@ -439,16 +726,32 @@ def partner(p: Persona) -> Fact:
     return Fact(
         [intro, anniversary],
         [
-            ("single-hop", f"What is the name of {p.name}'s {rel}?", name, ["partner"]),
             (
                 "single-hop",
-                f"Where is {p.name} taking {name} to celebrate?",
+                p.pick([f"What is the name of {p.name}'s {rel}?", f"Who is {p.name}'s {rel}?"]),
+                name,
+                ["partner"],
+            ),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"Where is {p.name} taking {name} to celebrate?",
+                        f"Where will {p.name} and {name} spend their anniversary?",
+                    ]
+                ),
                 place,
                 ["anniversary"],
             ),
             (
                 "multi-hop",
-                f"What does the person {p.name} is surprising with a getaway do for a living?",
+                p.pick(
+                    [
+                        f"What does the person {p.name} is surprising with a getaway do for a "
+                        "living?",
+                        f"What is the job of the person {p.name} planned a surprise trip for?",
+                    ]
+                ),
                 work,
                 ["anniversary", "partner"],
             ),
@@ -457,12 +760,26 @@ def partner(p: Persona) -> Fact:
 
 
 def race(p: Persona) -> Fact:
-    event, time = p.pick([("half marathon", "1:58"), ("10K", "52 minutes"), ("marathon", "4:21")])
+    event, time = p.pick(
+        [
+            ("half marathon", "1:58"),
+            ("10K", "52 minutes"),
+            ("marathon", "4:21"),
+            ("5K", "24 minutes"),
+            ("trail run", "2:40"),
+            ("ultramarathon", "9:47"),
+        ]
+    )
     signup = Event(
         "signup",
         [
             Turn(
-                f"I registered for the autumn {event}. No backing out now.",
+                p.pick(
+                    [
+                        f"I registered for the autumn {event}. No backing out now.",
+                        f"Paid the entry fee for the spring {event}, so I'm committed.",
+                    ]
+                ),
                 "Exciting! Do you have a training plan yet?",
             )
         ],
@@ -471,7 +788,12 @@ def race(p: Persona) -> Fact:
         "finish",
         [
             Turn(
-                f"I did it!! Crossed the line in {time}. My legs are jelly.",
+                p.pick(
+                    [
+                        f"I did it!! Crossed the line in {time}. My legs are jelly.",
+                        f"Finished! Official time {time}, and I can barely walk.",
+                    ]
+                ),
                 f"{time}, that's a great result! Rest up and eat well today.",
                 "ua",
             )
@@ -480,21 +802,59 @@ def race(p: Persona) -> Fact:
     return Fact(
         [signup, finish],
         [
-            ("single-hop", f"What running event did {p.name} sign up for?", event, ["signup"]),
-            ("single-hop", f"What was {p.name}'s finishing time?", time, ["finish"]),
-            ("temporal", f"When did {p.name} complete the race?", "{date:finish}", ["finish"]),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"What running event did {p.name} sign up for?",
+                        f"Which race did {p.name} enter?",
+                    ]
+                ),
+                event,
+                ["signup"],
+            ),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"What was {p.name}'s finishing time?",
+                        f"How long did {p.name} take to finish?",
+                    ]
+                ),
+                time,
+                ["finish"],
+            ),
+            (
+                "temporal",
+                p.pick(
+                    [f"When did {p.name} complete the race?", f"On what date did {p.name} race?"]
+                ),
+                "{date:finish}",
+                ["finish"],
+            ),
         ],
     )
 
 
 def car(p: Persona) -> Fact:
-    old = p.pick(["old Corolla", "rusty hatchback", "ancient Volvo"])
-    new = p.pick(["used Subaru Outback", "Mini Cooper", "Mazda CX-5", "Kia EV6"])
+    old = p.pick(
+        ["old Corolla", "rusty hatchback", "ancient Volvo", "old Civic", "beat-up minivan",
+         "tired Passat"]
+    )  # fmt: skip
+    new = p.pick(
+        ["used Subaru Outback", "Mini Cooper", "Mazda CX-5", "Kia EV6", "Ford Focus",
+         "Toyota RAV4", "Hyundai Ioniq", "Skoda Octavia"]
+    )  # fmt: skip
     trade = Event(
         "trade",
         [
             Turn(
-                f"Traded in the {old} today. We drove home in a {new}!",
+                p.pick(
+                    [
+                        f"Traded in the {old} today. We drove home in a {new}!",
+                        f"Goodbye {old}, hello {new}! Picked it up from the dealer this morning.",
+                    ]
+                ),
                 f"Enjoy the {new}! Does it feel very different to drive?",
                 "ua",
             )
@@ -503,32 +863,84 @@ def car(p: Persona) -> Fact:
     return Fact(
         [trade],
         [
-            ("knowledge-update", f"What vehicle does {p.name} have now?", new, ["trade"]),
-            ("single-hop", f"What did {p.name} get rid of at the dealership?", old, ["trade/u"]),
+            (
+                "knowledge-update",
+                p.pick(
+                    [
+                        f"What vehicle does {p.name} have now?",
+                        f"What is {p.name} driving these days?",
+                    ]
+                ),
+                new,
+                ["trade"],
+            ),
+            (
+                "single-hop",
+                p.pick(
+                    [
+                        f"What did {p.name} get rid of at the dealership?",
+                        f"Which car did {p.name} replace?",
+                    ]
+                ),
+                old,
+                ["trade/u"],
+            ),
         ],
     )
 
 
 KINDS: list[Callable[[Persona], Fact]] = [pet, job, home, sibling, hobby, food, partner, race, car]
 
-NO_ANSWER: list[tuple[str, Callable[[Persona], str]]] = [
-    ("cat", lambda p: f"What is the name of {p.name}'s cat?"),
-    ("dog", lambda p: f"What breed is {p.name}'s dog?"),
-    ("brother", lambda p: f"What does {p.name}'s brother do for work?"),
-    ("sister", lambda p: f"Where does {p.name}'s sister live?"),
-    ("", lambda p: f"Where did {p.name} go to university?"),
-    ("", lambda p: f"How much does {p.name} earn per year?"),
-    ("", lambda p: f"Which band did {p.name} see in concert?"),
-    ("", lambda p: f"How many languages does {p.name} speak?"),
-    ("", lambda p: f"What is {p.name}'s favorite color?"),
-    ("", lambda p: f"What did {p.name} study in school?"),
-    ("car", lambda p: f"What color is {p.name}'s car?"),
+# (the fact kind whose absence makes the question unanswerable, or "": never answerable;
+# the question, worded for dev and for test)
+NO_ANSWER: list[tuple[str, Callable[[Persona], list[str]]]] = [
+    ("cat", lambda p: [f"What is the name of {p.name}'s cat?", f"What is {p.name}'s cat called?"]),
+    ("dog", lambda p: [f"What breed is {p.name}'s dog?", f"What kind of dog does {p.name} own?"]),
+    (
+        "brother",
+        lambda p: [
+            f"What does {p.name}'s brother do for work?",
+            f"Where does {p.name}'s brother work?",
+        ],
+    ),
+    (
+        "sister",
+        lambda p: [f"Where does {p.name}'s sister live?", f"Which city is {p.name}'s sister in?"],
+    ),
+    (
+        "",
+        lambda p: [f"Where did {p.name} go to university?", f"Which college did {p.name} attend?"],
+    ),
+    ("", lambda p: [f"How much does {p.name} earn per year?", f"What is {p.name}'s salary?"]),
+    (
+        "",
+        lambda p: [
+            f"Which band did {p.name} see in concert?",
+            f"What concert did {p.name} go to?",
+        ],
+    ),
+    (
+        "",
+        lambda p: [
+            f"How many languages does {p.name} speak?",
+            f"Which languages can {p.name} speak?",
+        ],
+    ),
+    (
+        "",
+        lambda p: [f"What is {p.name}'s favorite color?", f"Which color does {p.name} like best?"],
+    ),
+    ("", lambda p: [f"What did {p.name} study in school?", f"What was {p.name}'s major?"]),
+    ("car", lambda p: [f"What color is {p.name}'s car?", f"What car brand does {p.name} drive?"]),
 ]
 
 GREETINGS = [
     ("Hey, it's me again.", "Hi {name}! Good to hear from you. What's new?"),
+    ("Good afternoon! Do you have a sec?", "Good afternoon, {name}! Sure, what's happening?"),
     ("Morning! Got a minute?", "Always. Good morning, {name}. What's on your mind?"),
+    ("Yo, I'm around again.", "Hey {name}, welcome back! What's been going on?"),
     ("Hi there, long week.", "Hello {name}! Sounds like it. Want to talk it through?"),
+    ("Hiya! Quick catch-up?", "Hi {name}! Happy to. How are you?"),
     ("Evening! I'm back.", "Welcome back, {name}. How has your week been?"),
     ("Hello hello. Quick chat?", "Of course, {name}. What's up?"),
     ("Hi! Finally some free time.", "Nice to see you, {name}. How are things?"),
@@ -536,12 +948,17 @@ GREETINGS = [
 ]
 CLOSINGS = [
     ("Okay, I need to run. Talk soon!", "Take care, {name}! Talk soon."),
+    ("Logging off now, bye!", "Bye {name}, speak soon."),
     ("That's all for today, thanks.", "Anytime. Have a good evening!"),
+    ("I'll let you go, cheers.", "Cheers, {name}! Have a nice evening."),
     ("Going to bed, thanks for listening.", "Sleep well, {name}."),
+    ("Okay, that's me done for tonight.", "Good night, {name}!"),
     ("Dinner's ready, gotta go.", "Enjoy your meal, {name}!"),
+    ("Have to pick up the kids, later!", "See you later, {name}!"),
     ("Alright, back to work for me.", "Good luck with the rest of the day."),
     ("Thanks for the chat, see you soon.", "Always a pleasure. See you, {name}."),
 ]
+
 SMALL_TALK = [
     (
         "It's been {weather} all week and I'm running out of indoor ideas.",
@@ -784,43 +1201,54 @@ SMALL_TALK = [
         "A full fridge is very satisfying.",
     ),
 ]
-SLOTS = {
-    "dish": ["lasagna", "a Thai curry", "homemade pizza", "mushroom risotto", "tacos", "ramen"],
-    "topic": ["octopuses", "deep sea mining", "the history of jazz", "bees", "volcanoes"],
-    "color": ["sage green", "terracotta", "navy blue", "mustard yellow", "pale pink"],
-    "language": ["Italian", "Japanese", "Portuguese", "Greek", "Korean"],
-    "genre": ["western", "science fiction", "noir", "musical", "mystery", "fantasy"],
-    "when": ["today", "yesterday", "this morning", "last night", "on Monday", "on Sunday"],
+SLOTS = {  # each list is halved: even entries for dev, odd entries for test
+    "dish": ["lasagna", "a lentil stew", "a Thai curry", "shakshuka", "homemade pizza",
+             "dumplings", "mushroom risotto", "paella", "tacos", "chili", "ramen", "falafel"],
+    "topic": ["octopuses", "glaciers", "deep sea mining", "medieval castles", "the history of jazz",
+              "ant colonies", "bees", "black holes", "volcanoes", "the silk road"],
+    "color": ["sage green", "charcoal grey", "terracotta", "ochre", "navy blue", "lavender",
+              "mustard yellow", "teal", "pale pink", "cream"],
+    "language": ["Italian", "Swedish", "Japanese", "Turkish", "Portuguese", "Dutch", "Greek",
+                 "Polish", "Korean", "Hindi"],
+    "genre": ["western", "horror", "science fiction", "romance", "noir", "spy", "musical",
+              "historical", "mystery", "comedy", "fantasy", "war"],
+    "when": ["today", "yesterday", "this morning", "last night", "on Monday", "on Sunday",
+             "on Tuesday", "on Saturday"],
     "day": ["Saturday", "Sunday", "Friday", "Thursday"],
-    "weather": ["raining", "windy", "grey", "freezing", "stormy"],
-    "count": ["two", "three", "four", "five"],
-    "minutes": ["ten", "fifteen", "forty", "fifty"],
-    "room": ["kitchen", "hallway", "bedroom", "bathroom"],
-    "instrument": ["trumpet", "drums", "violin", "recorder"],
-    "storage": ["garage", "attic", "basement", "hall closet"],
-    "oldthing": ["skateboard", "guitar", "roller skates", "camera"],
-    "fruit": ["strawberries", "peaches", "cherries", "apricots"],
-    "outdoors": ["park", "courtyard", "garden", "square"],
-    "landmark": ["station", "library", "office", "river"],
-    "plant": ["fern", "basil plant", "fiddle leaf fig", "monstera"],
-    "shop": ["bakery", "bookshop", "cheese shop", "flower stall"],
-    "tvshow": ["cooking competition", "baking show", "true crime series", "quiz show"],
-    "bodypart": ["back", "neck", "shoulder"],
-    "fixture": ["leaking tap", "squeaky door", "wobbly shelf", "broken blind"],
-    "breakfast": ["toast", "pancakes", "porridge"],
-    "baked": ["cinnamon rolls", "brownies", "lemon cake", "cookies"],
-    "clothes": ["running socks", "winter boots", "jeans", "sneakers"],
-    "music": ["film soundtracks", "lo-fi beats", "classical piano", "ambient music"],
-    "grocery": ["pasta", "rice", "coffee", "flour"],
-    "bird": ["pigeon", "blackbird", "sparrow"],
-    "snack": ["chips", "chocolate", "cookies"],
-    "item": ["keys", "earring", "sunglasses"],
-    "game": ["puzzle", "trivia", "chess"],
-    "friend": ["Jo", "Sasha", "Nico", "Ruth"],
-    "relative": ["aunt", "grandmother", "uncle"],
-    "store": ["grocery", "market", "supermarket"],
-    "mood": ["Tired but okay.", "Good day today!", "Bit of a rough week."],
-}
+    "weather": ["raining", "foggy", "windy", "humid", "grey", "icy", "freezing", "muggy",
+                "stormy", "drizzly"],
+    "count": ["two", "three", "four", "five", "six", "seven"],
+    "minutes": ["ten", "fifteen", "forty", "fifty", "twenty", "thirty"],
+    "room": ["kitchen", "hallway", "bedroom", "bathroom", "living room", "study"],
+    "instrument": ["trumpet", "drums", "violin", "recorder", "saxophone", "accordion"],
+    "storage": ["garage", "attic", "basement", "hall closet", "shed", "loft"],
+    "oldthing": ["skateboard", "guitar", "roller skates", "camera", "game console", "walkman"],
+    "fruit": ["strawberries", "peaches", "cherries", "apricots", "plums", "figs"],
+    "outdoors": ["park", "courtyard", "garden", "square", "botanical garden", "plaza"],
+    "landmark": ["station", "library", "office", "river", "cathedral", "museum"],
+    "plant": ["fern", "basil plant", "fiddle leaf fig", "monstera", "orchid", "rubber plant"],
+    "shop": ["bakery", "bookshop", "cheese shop", "flower stall", "deli", "record store"],
+    "tvshow": ["cooking competition", "baking show", "true crime series", "quiz show",
+               "nature documentary series", "dating show"],
+    "bodypart": ["back", "neck", "shoulder", "wrist"],
+    "fixture": ["leaking tap", "squeaky door", "wobbly shelf", "broken blind", "loose handle",
+                "flickering light"],
+    "breakfast": ["toast", "pancakes", "porridge", "waffles"],
+    "baked": ["cinnamon rolls", "brownies", "lemon cake", "cookies", "banana bread",
+              "muffins"],
+    "clothes": ["running socks", "winter boots", "jeans", "sneakers", "raincoat", "sweaters"],
+    "music": ["film soundtracks", "lo-fi beats", "classical piano", "ambient music",
+              "jazz records", "video game music"],
+    "grocery": ["pasta", "rice", "coffee", "flour", "oats", "tea"],
+    "bird": ["pigeon", "blackbird", "sparrow", "robin"],
+    "snack": ["chips", "chocolate", "cookies", "gummy bears"],
+    "item": ["keys", "earring", "sunglasses", "ring"],
+    "game": ["puzzle", "trivia", "chess", "darts"],
+    "friend": ["Jo", "Sasha", "Nico", "Ruth", "Dev", "Imke"],
+    "relative": ["aunt", "grandmother", "uncle", "godmother"],
+    "store": ["grocery", "market", "supermarket", "corner shop"],
+    "mood": ["Tired but okay.", "Good day today!", "Bit of a rough week.", "Not bad at all."],
+}  # fmt: skip
 DISTRACTORS = [
     (
         "My coworker adopted a {breed} {young} too, we keep swapping photos.",
@@ -855,12 +1283,18 @@ DISTRACTORS = [
         "New car excitement is hard to contain!",
     ),
 ]
-DISTRACTOR_SLOTS = {
-    "breed": ["dachshund", "poodle", "tabby", "corgi"],
-    "young": ["puppy", "kitten"],
-    "city": ["Lisbon", "Denver", "Montreal", "Dublin", "Osaka", "Seattle"],
-    "company": ["Crescent Bank", "Lumen Studio", "Tidewater Labs", "Harbor & Finch"],
-}
+OTHER_BREEDS = ["dachshund", "poodle", "tabby", "corgi", "schnauzer", "sphynx"]
+
+
+def distractor_slots(split: int) -> dict[str, list[str]]:
+    """The distractors' fillers: the split's own cities and employers, so that other
+    people's news mentions the same kinds of names as the user's."""
+    return {
+        "breed": half(OTHER_BREEDS, split),
+        "young": ["puppy", "kitten"],
+        "city": half(HOME_CITIES, split) + half(FAR_CITIES, split),
+        "company": half(FIRMS, split),
+    }
 
 
 def fill(pair: tuple[str, str], rng: random.Random, slots: dict[str, list[str]], name: str) -> Turn:
@@ -874,8 +1308,14 @@ Block = list[tuple[str | None, Turn]]  # turns kept together; the event each bel
 
 # Ways to lead into and follow up on small talk, so a topic that comes up twice in a
 # conversation is rarely worded twice the same way.
-LEAD_INS = ["", "", "", "Anyway, ", "Oh, ", "So, ", "Random thought: ", "Also, ", "Honestly, "]
+LEAD_INS = [
+    "", "", "", "", "", "", "Anyway, ", "Oh, ", "So, ", "Random thought: ", "Also, ",
+    "Honestly, ", "By the way, ", "Okay so, ",
+]  # fmt: skip
 FOLLOW_UPS = [
+    "",
+    "",
+    "",
     "",
     "",
     "",
@@ -885,21 +1325,54 @@ FOLLOW_UPS = [
     " Let me know how it goes.",
     " Small things like that add up.",
     " I'm curious what you end up doing.",
+    " Keep me posted.",
+    " Anything else on your mind today?",
 ]
 
 
-def chat(pair: tuple[str, str], rng: random.Random, name: str) -> Turn:
+@dataclass(frozen=True)
+class Vocabulary:
+    """The split's halves of every small-talk list."""
+
+    small_talk: list[tuple[str, str]]
+    slots: dict[str, list[str]]
+    distractors: list[tuple[str, str]]
+    distractor_slots: dict[str, list[str]]
+    greetings: list[tuple[str, str]]
+    closings: list[tuple[str, str]]
+    lead_ins: list[str]
+    follow_ups: list[str]
+
+    @classmethod
+    def of(cls, split: int) -> Vocabulary:
+        return cls(
+            small_talk=half(SMALL_TALK, split),
+            slots={slot: half(options, split) for slot, options in SLOTS.items()},
+            distractors=half(DISTRACTORS, split),
+            distractor_slots=distractor_slots(split),
+            greetings=half(GREETINGS, split),
+            closings=half(CLOSINGS, split),
+            lead_ins=half(LEAD_INS, split),
+            follow_ups=half(FOLLOW_UPS, split),
+        )
+
+
+def chat(pair: tuple[str, str], rng: random.Random, name: str, vocab: Vocabulary) -> Turn:
     """A small-talk turn: ``pair`` filled, maybe with a lead-in and a follow-up."""
-    turn = fill(pair, rng, SLOTS, name)
-    lead = rng.choice(LEAD_INS)
+    turn = fill(pair, rng, vocab.slots, name)
+    lead = rng.choice(vocab.lead_ins)
     user = lead + turn.user[0].lower() + turn.user[1:] if lead else turn.user
-    return Turn(user, turn.assistant + rng.choice(FOLLOW_UPS), "")
+    return Turn(user, turn.assistant + rng.choice(vocab.follow_ups), "")
 
 
-def conversation(index: int, rng: random.Random) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Conversation number ``index`` and the questions about it."""
+def conversation(
+    index: int, rng: random.Random, split: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Conversation number ``index`` of the split and the questions about it."""
     cid = f"c{index + 1}"
-    persona = Persona(*PERSONAS[index % len(PERSONAS)], rng)
+    personas = half(PERSONAS, split)
+    persona = Persona(*personas[index % len(personas)], rng, split)
+    vocab = Vocabulary.of(split)
     kinds = rng.sample(KINDS, rng.randint(6, 8))
     if pet not in kinds:
         persona.absent |= {"cat", "dog"}
@@ -924,15 +1397,16 @@ def conversation(index: int, rng: random.Random) -> tuple[dict[str, Any], list[d
     deck: list[tuple[str, str]] = []
     for s, blocks in enumerate(plan):
         if rng.random() < 0.6:
-            blocks.append([(None, fill(rng.choice(DISTRACTORS), rng, DISTRACTOR_SLOTS, ""))])
+            distractor = rng.choice(vocab.distractors)
+            blocks.append([(None, fill(distractor, rng, vocab.distractor_slots, ""))])
         wanted = rng.randint(10, 30) - 2 - sum(len(block) for block in blocks)
         for _ in range(wanted):
             if not deck:  # small talk repeats only once every topic has come up
-                deck = rng.sample(SMALL_TALK, len(SMALL_TALK))
-            blocks.append([(None, chat(deck.pop(), rng, persona.name))])
+                deck = rng.sample(vocab.small_talk, len(vocab.small_talk))
+            blocks.append([(None, chat(deck.pop(), rng, persona.name, vocab))])
         rng.shuffle(blocks)
-        opening = fill(rng.choice(GREETINGS), rng, SLOTS, persona.name)
-        closing = fill(rng.choice(CLOSINGS), rng, SLOTS, persona.name)
+        opening = fill(rng.choice(vocab.greetings), rng, vocab.slots, persona.name)
+        closing = fill(rng.choice(vocab.closings), rng, vocab.slots, persona.name)
         turns = [(None, opening), *(item for block in blocks for item in block), (None, closing)]
         messages = []
         for ref, turn in turns:
@@ -977,7 +1451,7 @@ def conversation(index: int, rng: random.Random) -> tuple[dict[str, Any], list[d
         questions.append(
             {
                 "conversation": cid,
-                "question": ask(persona),
+                "question": ask(persona)[split],
                 "evidence": [],
                 "category": "no-answer",
                 "answer": None,
@@ -991,13 +1465,14 @@ def conversation(index: int, rng: random.Random) -> tuple[dict[str, Any], list[d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seed", type=int, default=20240508)
+    parser.add_argument("--split", choices=sorted(SPLITS), required=True)
     parser.add_argument("--conversations", type=int, default=8)
     args = parser.parse_args()
-    rng = random.Random(args.seed)
+    split, seed = SPLITS[args.split]
+    rng = random.Random(seed)
     conversations, questions = [], []
     for index in range(args.conversations):
-        conv, asked = conversation(index, rng)
+        conv, asked = conversation(index, rng, split)
         conversations.append(conv)
         questions.extend(asked)
     dataset = {"conversations": conversations, "questions": questions}

@@ -509,6 +509,7 @@ def cmd_memory_eval(args: argparse.Namespace) -> int:
             budget_tokens=args.budget,
             k=args.k,
             min_score=args.min_score,
+            store_url=args.store,
             progress=lambda done, total, conversation: bar.update(done, total, conversation),
         )
     finally:

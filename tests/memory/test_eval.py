@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,20 +205,54 @@ def test_unreadable_and_non_json_files(tmp_path: Path) -> None:
         load_dataset(bad)
 
 
-def test_the_committed_benchmark_dataset_is_what_the_generator_makes() -> None:
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_the_committed_benchmark_splits_are_what_the_generator_makes(split: str) -> None:
     made = subprocess.run(
-        [sys.executable, str(BENCHMARK / "make_dataset.py")],
+        [sys.executable, str(BENCHMARK / "make_dataset.py"), "--split", split],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     ).stdout
-    assert made == (BENCHMARK / "dataset.json").read_text(encoding="utf-8")
-    dataset = load_dataset(BENCHMARK / "dataset.json")
+    assert made == (BENCHMARK / f"{split}.json").read_text(encoding="utf-8")
+    dataset = load_dataset(BENCHMARK / f"{split}.json")
     assert 150 <= len(dataset.questions) <= 300
+    assert {q.category for q in dataset.questions} == {
+        "single-hop",
+        "multi-hop",
+        "temporal",
+        "knowledge-update",
+        "no-answer",
+    }
     for conversation in dataset.conversations:
         assert 4 <= len(conversation.sessions) <= 8
         assert all(20 <= len(s.messages) <= 60 for s in conversation.sessions)
+
+
+CALENDAR = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"}
+
+
+def test_the_benchmark_splits_share_no_names_and_no_question() -> None:
+    """The test split is held out: its people, places, employers and question wordings
+    are none of dev's, so what is tuned on dev's words cannot carry over."""
+    dev, test = (load_dataset(BENCHMARK / f"{split}.json") for split in ("dev", "test"))
+
+    def names(dataset: Any) -> set[str]:
+        # capitalised words inside a message: people, pets, cities, employers, brands
+        return {
+            word
+            for conversation in dataset.conversations
+            for _, message in conversation.messages()
+            for word in re.findall(r"(?<=[a-z,] )[A-Z][a-z]+", message.text)
+            if word not in CALENDAR
+        }
+
+    def users(dataset: Any) -> set[str]:
+        return {m.speaker for c in dataset.conversations for _, m in c.messages()} - {"Assistant"}
+
+    assert names(dev).isdisjoint(names(test))
+    assert users(dev).isdisjoint(users(test))
+    assert {q.question for q in dev.questions}.isdisjoint(q.question for q in test.questions)
 
 
 # -- the baseline --------------------------------------------------------------------------

@@ -47,6 +47,16 @@ _FILLERS = _wordset(
     mean guess think say said tell told hear heard happy sorry congrats congratulations
     cheers"""
 )
+# What greetings, farewells and small acknowledgements are made of: a sentence of only
+# these, fillers and the speakers' names ("Morning! Got a minute?", "Take care, Ana!",
+# "Welcome back.") opens or closes a conversation and says nothing about anyone's life.
+_PHATIC = _wordset(
+    """morning afternoon evening night tonight day week weekend again back soon later
+    talk talking chat chatting speak speaking catch minute minutes sec second moment quick
+    free time bye goodbye farewell care welcome meet nice see seeing hear hearing listening
+    run gotta off done ready rest enjoy luck wish wishes well new up long busy anytime
+    always course pleasure take need mind"""
+)
 # a sentence starting with one of these leans on the one before it
 _LEANING = _wordset(
     """it its it's this that these those they them their he she his her which also but and so
@@ -63,7 +73,12 @@ _WORD = re.compile(r"\w[\w'’-]*")
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
 _SENTENCE_END = re.compile(r"(?<=[.!?…])[\"'”’)\]]*\s+")
 _MAX_WORDS = 80  # longer statements are cut into pieces of this many words
-_MAX_TOPICS = 10
+_WHOLE_TOKENS = 60  # a one-line message this short is one statement: its sentences are one fact
+_MAX_TOPICS = 10  # besides the two that date the statement
+_MONTHS = (
+    "January", "February", "March", "April", "May", "June", "July", "August",
+    "September", "October", "November", "December",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -117,13 +132,16 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
     """The salient statements of ``messages``, in conversation order.
 
     Each human, AI or tool message is split into sentences; sentences with no content word
-    ("ok", "thanks!", "haha") are dropped; a sentence that leans on the one before it
-    (starts with "it", "but", "they"...) or has a single content word joins the previous
-    statement of the same message; relative dates are resolved against the message's
-    timestamp; the text is prefixed with the speaker ("Ana: I adopted a cat named Miso.").
-    A short reply to a question from another speaker keeps the question with it, so "Miso!"
-    is recalled together with "What is your cat called?". System messages and the tool
-    calls of AI messages make no statement.
+    ("ok", "thanks!", "haha") and greetings, farewells and acknowledgements ("Morning! Got
+    a minute?", "Take care, Ana!") are dropped. What is left of a message written on one
+    line and at most ``_WHOLE_TOKENS`` long is one statement, since its sentences tell one
+    thing ("I handed in my notice at X. In three weeks I'm joining Y."); a longer message
+    is cut at its sentences, a sentence that leans on the one before it (starts with "it",
+    "but", "they"...) or has a single content word staying with it. Relative dates are
+    resolved against the message's timestamp; the text is prefixed with the speaker ("Ana:
+    I adopted a cat named Miso."). A short reply to a question from another speaker keeps
+    the question with it, so "Miso!" is recalled together with "What is your cat called?".
+    System messages and the tool calls of AI messages make no statement.
     """
     document_frequency = Counter(
         word
@@ -132,6 +150,7 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
         for word in set(content_words(message_text(m)))
     )
     names = _names(messages)
+    speakers = {word.lower() for m in messages for word in _WORD.findall(speaker(m))}
     statements: list[Statement] = []
     for index, message in enumerate(messages):
         if isinstance(message, SystemMessage):
@@ -140,7 +159,12 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
         label = speaker(message)
         if isinstance(message, ToolMessage):
             label = f"{label} (tool result)"
-        groups = _group_sentences(split_sentences(message_text(message)))
+        text = message_text(message)
+        sentences = [s for s in split_sentences(text) if not _is_chit_chat(s, speakers)]
+        if not sentences:
+            continue
+        one_line = "\n" not in text and estimate_tokens(text) <= _WHOLE_TOKENS
+        groups = [sentences] if one_line else _group_sentences(sentences)
         ids: tuple[str, ...] = (message.id,) if message.id else ()
         context = ""
         if len(groups) == 1 and len(content_words(" ".join(groups[0]))) < 3:
@@ -150,12 +174,25 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
             if said_at is not None:
                 body = resolve_dates(body, said_at.date())
             for piece in _pieces(body):
-                text = f"{context}{label}: {piece}"
                 words = tuple(content_words(piece))
                 topics = _topics(piece, words, document_frequency, names)
                 said_on = said_at.date() if said_at else None
-                statements.append(Statement(text, ids, topics, said_on, words))
+                if said_on is not None:
+                    topics = (*topics, said_on.isoformat(), _month(said_on))
+                statements.append(
+                    Statement(f"{context}{label}: {piece}", ids, topics, said_on, words)
+                )
     return statements
+
+
+def _is_chit_chat(sentence: str, speakers: set[str]) -> bool:
+    """Whether ``sentence`` has no content word besides greetings, farewells,
+    acknowledgements and the names of who is talking."""
+    return all(word in _PHATIC or word in speakers for word in content_words(sentence))
+
+
+def _month(day: datetime.date) -> str:
+    return f"{_MONTHS[day.month - 1]} {day.year}"
 
 
 def _names(messages: Sequence[BaseMessage]) -> set[str]:
@@ -175,8 +212,6 @@ def _group_sentences(sentences: list[str]) -> list[list[str]]:
     groups: list[list[str]] = []
     for sentence in sentences:
         words = content_words(sentence)
-        if not words:
-            continue
         first = sentence.split(maxsplit=1)[0].lower().strip("\"'“(,")
         if groups and (len(words) < 2 or first in _LEANING):
             groups[-1].append(sentence)

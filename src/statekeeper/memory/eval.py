@@ -9,7 +9,7 @@ relevant when its provenance names one of the question's evidence messages.
 The same questions are asked of a baseline, plain Okapi BM25 over every raw message, and
 both are scored with the same metrics (see ``docs/memory-eval.md``)::
 
-    report = evaluate(load_dataset("benchmarks/memory/dataset.json"), budget_tokens=1024)
+    report = evaluate(load_dataset("benchmarks/memory/dev.json"), budget_tokens=1024)
     print(render(report))
 """
 

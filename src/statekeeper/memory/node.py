@@ -58,7 +58,7 @@ class RunningSummary(TypedDict):
     """
 
     text: str
-    summarizer: str  # who made the last summary: "extractive/1"
+    summarizer: str  # who made the last summary: "extractive/2"
     compactions: int
     messages_summarized: int  # over every compaction
     tokens_before: int

@@ -34,7 +34,7 @@ class Provenance(BaseModel):
     said_from: datetime.datetime | None = None  # when the first source message was said
     said_to: datetime.datetime | None = None  # ... and the last
     created_at: datetime.datetime  # when the note was made
-    summarizer: str  # which summarizer made it, with its version: "extractive/1"
+    summarizer: str  # which summarizer made it, with its version: "extractive/2"
 
 
 class Note(BaseModel):

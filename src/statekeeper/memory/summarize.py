@@ -1,6 +1,6 @@
 """Summarizers: turn the oldest messages of a conversation into a running summary and notes.
 
-A :class:`Summarizer` has a ``name`` (with a version: ``"extractive/1"``) and one method,
+A :class:`Summarizer` has a ``name`` (with a version: ``"extractive/2"``) and one method,
 ``summarize(messages, previous_summary) -> Summary``. Two ship with statekeeper:
 
 - :class:`ExtractiveSummarizer`, the default: deterministic and offline (no model, no
@@ -68,7 +68,7 @@ class Summary:
 class Summarizer(Protocol):
     """Summarizes the oldest part of a conversation.
 
-    ``name`` identifies the algorithm and its version (``"extractive/1"``); it is written
+    ``name`` identifies the algorithm and its version (``"extractive/2"``); it is written
     into every note's provenance, so change the version whenever the output changes.
 
     ``summarize`` is never called with an empty ``messages`` (``SummarizationNode``
@@ -87,24 +87,27 @@ class Summarizer(Protocol):
 class ExtractiveSummarizer:
     """The default summarizer: deterministic, offline, no model.
 
-    Notes are retrieval units: one per salient statement. Each human, AI or tool message
-    is split into sentences; chit-chat ("ok", "thanks!", "haha") is dropped; a sentence
-    that leans on the previous one ("It is called Miso.") stays with it; the speaker is
-    kept in the text ("Ana: I adopted a cat named Miso."); relative dates are resolved
-    against the message's timestamp ("yesterday (2024-05-07)"); a short reply keeps the
-    question it answers. A note's ``message_ids`` are the message(s) it came from; its
-    ``topics`` are the names, numbers and dates it contains, the general concepts it is
-    about ("vehicle" for a Mazda, "food" for an allergy: a small fixed lexicon, so a
-    question's words can find a note that never says them) and its rarest words. System messages
-    and tool-call requests make no note; a message that makes no note on its own makes
-    none in a batch either.
+    Notes are retrieval units: one per salient statement. Greetings, farewells and
+    chit-chat ("Morning! Got a minute?", "ok", "thanks!") are dropped; a short one-line
+    message is one note, whatever its number of sentences, since they tell one fact; a
+    longer message is cut at its sentences, a sentence that leans on the previous one
+    ("It is called Miso.") staying with it; the speaker is kept in the text ("Ana: I
+    adopted a cat named Miso."); relative dates are resolved against the message's
+    timestamp ("yesterday (2024-05-07)"); a short reply keeps the question it answers. A
+    note's ``message_ids`` are the message(s) it came from; its ``topics`` are the names,
+    numbers and dates it contains, the general concepts it is about ("vehicle" for a
+    hatchback, "food" for an allergy: a small fixed lexicon of common words, so a
+    question's words can find a note that never says them), its rarest words, and the day
+    and month it was said ("2024-05-08", "May 2024"). System messages and tool-call
+    requests make no note; a message that makes no note on its own makes none in a batch
+    either.
 
     The running summary is the previous summary's lines followed by the ``digest_size``
     most salient new statements (distinctive words count most), one per line, the oldest
     lines dropped to stay within ``max_summary_tokens`` (at four characters per token).
     """
 
-    name = "extractive/1"
+    name = "extractive/2"
 
     def __init__(self, *, digest_size: int = 6, max_summary_tokens: int = 400) -> None:
         if digest_size < 0 or max_summary_tokens < 1:
