@@ -29,6 +29,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
 from langgraph.types import interrupt
+from pydantic import Field
 
 from statekeeper.graphs import VersionedState
 
@@ -43,7 +44,7 @@ class Ticket(VersionedState):
 
     schema_version: ClassVar[int] = 1
 
-    messages: Annotated[list[AnyMessage], add_messages] = []
+    messages: Annotated[list[AnyMessage], add_messages] = Field(default_factory=list)
     approved: bool | None = None
 
 
@@ -75,8 +76,9 @@ def make_graph(model: BaseChatModel | None = None) -> StateGraph[Any]:
     bound = model.bind_tools([lookup_order]) if model is not None else None
 
     def agent(state: Ticket) -> dict[str, Any]:
-        reply = bound.invoke(state.messages) if bound is not None else scripted_model(state.messages)
-        return {"messages": [reply]}
+        if bound is None:
+            return {"messages": [scripted_model(state.messages)]}
+        return {"messages": [bound.invoke(state.messages)]}
 
     def route(state: Ticket) -> str:
         last = state.messages[-1]
