@@ -1,9 +1,12 @@
 """Shared fixtures of the memory tests.
 
-``STORE_BACKENDS`` is the one list of memory stores the store suite runs against; a new
-store joins every test by adding one entry. ``NOTES`` and ``QUERIES`` are a hand-labelled
-corpus of realistic notes (one person's memory, as a summarizer writes it) and questions,
-the evidence behind ``DEFAULT_MIN_SCORE`` (see ``docs/memory-store.md``).
+``STORE_BACKENDS`` is the one list of memory stores the store suite (and every test using
+the ``store`` fixture) runs against; a new store joins every test by adding one entry.
+Redis stores get a fresh key prefix per test, deleted afterwards (``tests/redis_servers.py``).
+
+``NOTES`` and ``QUERIES`` are a hand-labelled corpus of realistic notes (one person's
+memory, as a summarizer writes it) and questions, the evidence behind
+``DEFAULT_MIN_SCORE`` (see ``docs/memory-store.md``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from typing import Any
 import pytest
 
 from statekeeper.memory.notes import Note, Provenance
-from statekeeper.memory.store import SqliteStore, open_store
+from statekeeper.memory.store import MemoryStore, open_store
+
+
+def _redis() -> Any:
+    """The session's Redis servers (tests/redis_servers.py), imported on first use."""
+    from tests.redis_servers import REDIS
+
+    return REDIS
 
 
 @dataclass(frozen=True)
@@ -25,6 +35,7 @@ class StoreBackend:
     name: str
     url_for: Callable[[Path], str]  # tmp_path -> URL
     persistent: bool  # does data survive close() + reopen of the same URL?
+    cleanup: Callable[[str], None] | None = None  # URL -> delete what the test stored
 
     def __str__(self) -> str:
         return self.name
@@ -33,7 +44,20 @@ class StoreBackend:
 STORE_BACKENDS = [
     StoreBackend("memory", lambda tmp: "memory://", persistent=False),
     StoreBackend("sqlite", lambda tmp: f"sqlite:///{tmp}/mem.db", persistent=True),
+    StoreBackend("file", lambda tmp: f"file://{tmp}/memory", persistent=True),
+    StoreBackend(
+        "redis", lambda tmp: _redis().url("standalone"), True, lambda u: _redis().cleanup(u)
+    ),
+    StoreBackend(
+        "redis-cluster", lambda tmp: _redis().url("cluster"), True, lambda u: _redis().cleanup(u)
+    ),
 ]
+
+
+# Matrices of cases that exercise only code every Redis deployment shares (filters,
+# validation, query parsing) skip the Cluster: there a test's cost is opening a Cluster
+# client, and these matrices would double the suite's time for no new storage code.
+MATRIX_BACKENDS = [backend for backend in STORE_BACKENDS if backend.name != "redis-cluster"]
 
 
 @pytest.fixture(params=STORE_BACKENDS, ids=str)
@@ -42,14 +66,30 @@ def store_backend(request: pytest.FixtureRequest) -> StoreBackend:
 
 
 @pytest.fixture
-def store_url(store_backend: StoreBackend, tmp_path: Path) -> str:
-    return store_backend.url_for(tmp_path)
+def store_url(store_backend: StoreBackend, tmp_path: Path) -> Iterator[str]:
+    url = store_backend.url_for(tmp_path)
+    yield url
+    if store_backend.cleanup is not None:
+        store_backend.cleanup(url)
 
 
 @pytest.fixture
-def store(store_url: str) -> Iterator[SqliteStore]:
+def store(store_url: str) -> Iterator[MemoryStore]:
     with open_store(store_url) as opened:
         yield opened
+
+
+@pytest.fixture(params=MATRIX_BACKENDS, ids=str)
+def matrix_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    """``store`` for the matrices of cases described at ``MATRIX_BACKENDS``."""
+    backend: StoreBackend = request.param
+    url = backend.url_for(tmp_path)
+    try:
+        with open_store(url) as opened:
+            yield opened
+    finally:
+        if backend.cleanup is not None:
+            backend.cleanup(url)
 
 
 # -- notes --------------------------------------------------------------------------------

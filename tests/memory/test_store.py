@@ -1,7 +1,9 @@
 """The memory store's ``BaseStore`` contract, run against every entry of ``STORE_BACKENDS``
-(``tests/memory/conftest.py``): LangGraph's semantics (put, get, delete, search with
-filters, list_namespaces, TTL, validation) plus what statekeeper adds (relevance scores
-that never pad, exact storage of hostile text, persistence, thread safety)."""
+(``tests/memory/conftest.py``; matrices of filter, validation and query cases against
+``MATRIX_BACKENDS``): LangGraph's semantics (put, get, delete, search with filters,
+list_namespaces, TTL, validation) plus what statekeeper adds (relevance scores that never
+pad and are the same on every backend, exact storage of hostile text, persistence,
+thread safety)."""
 
 from __future__ import annotations
 
@@ -26,9 +28,9 @@ from langgraph.store.base import (
 )
 
 from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
-from statekeeper.memory import store as store_module
-from statekeeper.memory.store import SqliteStore, known_store_schemes, open_store
-from tests.memory.conftest import StoreBackend
+from statekeeper.memory import _store_base
+from statekeeper.memory.store import MemoryStore, known_store_schemes, open_store
+from tests.memory.conftest import ANA, QUERIES, StoreBackend, put_corpus
 
 NS = ("docs", "u1")
 
@@ -40,7 +42,7 @@ def keys(items: Sequence[Any]) -> list[str]:
 # -- put, get, delete --------------------------------------------------------------------
 
 
-def test_put_get_round_trips_json_exactly(store: SqliteStore) -> None:
+def test_put_get_round_trips_json_exactly(store: MemoryStore) -> None:
     value = {
         "text": "héllo \U0001f600 \u202e",
         "n": 2**70,
@@ -62,7 +64,7 @@ def test_put_get_round_trips_json_exactly(store: SqliteStore) -> None:
     assert store.get(("docs",), "k") is None  # a namespace is exact for get
 
 
-def test_returned_values_are_copies(store: SqliteStore) -> None:
+def test_returned_values_are_copies(store: MemoryStore) -> None:
     store.put(NS, "k", {"a": [1]})
     item = store.get(NS, "k")
     assert item is not None
@@ -70,7 +72,7 @@ def test_returned_values_are_copies(store: SqliteStore) -> None:
     assert store.get(NS, "k").value == {"a": [1]}  # type: ignore[union-attr]
 
 
-def test_update_keeps_created_at_and_moves_updated_at(store: SqliteStore) -> None:
+def test_update_keeps_created_at_and_moves_updated_at(store: MemoryStore) -> None:
     store.put(NS, "k", {"v": 1})
     first = store.get(NS, "k")
     store.put(NS, "k", {"v": 2})
@@ -82,7 +84,7 @@ def test_update_keeps_created_at_and_moves_updated_at(store: SqliteStore) -> Non
     assert second.updated_at >= first.updated_at
 
 
-def test_put_none_and_delete_remove_the_item(store: SqliteStore) -> None:
+def test_put_none_and_delete_remove_the_item(store: MemoryStore) -> None:
     store.put(NS, "a", {"text": "alpha"})
     store.put(NS, "b", {"text": "beta"})
     store.delete(NS, "a")
@@ -100,14 +102,14 @@ def test_put_none_and_delete_remove_the_item(store: SqliteStore) -> None:
     ids=["tuple", "nan", "int-key", "set", "bytes"],
 )
 def test_values_that_would_not_come_back_equal_are_refused(
-    store: SqliteStore, value: dict[str, Any]
+    matrix_store: MemoryStore, value: dict[str, Any]
 ) -> None:
     with pytest.raises(SerializationError):
-        store.put(NS, "k", value)
-    assert store.get(NS, "k") is None
+        matrix_store.put(NS, "k", value)
+    assert matrix_store.get(NS, "k") is None
 
 
-def test_batch_runs_in_order_and_a_failed_batch_writes_nothing(store: SqliteStore) -> None:
+def test_batch_runs_in_order_and_a_failed_batch_writes_nothing(store: MemoryStore) -> None:
     got = store.batch([PutOp(NS, "k", {"v": 1}), GetOp(NS, "k"), PutOp(NS, "k", {"v": 2})])
     assert got[1] is not None
     assert got[1].value == {"v": 1}
@@ -125,11 +127,11 @@ def test_batch_runs_in_order_and_a_failed_batch_writes_nothing(store: SqliteStor
     [(), ("langgraph", "x"), ("a.b",), ("",), ("a", 1), ("nul\x00",)],
     ids=["empty", "langgraph-root", "period", "empty-label", "not-str", "nul"],
 )
-def test_invalid_namespaces_are_refused(store: SqliteStore, namespace: Any) -> None:
+def test_invalid_namespaces_are_refused(matrix_store: MemoryStore, namespace: Any) -> None:
     with pytest.raises(InvalidNamespaceError):
-        store.put(namespace, "k", {"v": 1})
+        matrix_store.put(namespace, "k", {"v": 1})
     with pytest.raises(InvalidNamespaceError):  # also when the op skips BaseStore.put
-        store.batch([PutOp(namespace, "k", {"v": 1})])
+        matrix_store.batch([PutOp(namespace, "k", {"v": 1})])
 
 
 HOSTILE = [
@@ -151,7 +153,7 @@ HOSTILE = [
 
 @pytest.mark.parametrize("label", HOSTILE)
 def test_hostile_namespaces_and_keys_are_stored_and_scoped_exactly(
-    store: SqliteStore, label: str
+    store: MemoryStore, label: str
 ) -> None:
     store.put((label,), label, {"text": "inside"})
     store.put((label, "child"), "k", {"text": "child"})
@@ -170,30 +172,30 @@ def test_hostile_namespaces_and_keys_are_stored_and_scoped_exactly(
 
 
 @pytest.mark.parametrize("key", ["a\x00b", "a\x00c", "", "\x00", "line\nbreak"])
-def test_keys_with_nul_and_empty_keys_are_distinct(store: SqliteStore, key: str) -> None:
-    store.put(NS, key, {"key": key})
-    store.put(NS, key + "\x00", {"key": key + "\x00"})
-    assert store.get(NS, key).value == {"key": key}  # type: ignore[union-attr]
-    assert store.get(NS, key + "\x00").value == {"key": key + "\x00"}  # type: ignore[union-attr]
+def test_keys_with_nul_and_empty_keys_are_distinct(matrix_store: MemoryStore, key: str) -> None:
+    matrix_store.put(NS, key, {"key": key})
+    matrix_store.put(NS, key + "\x00", {"key": key + "\x00"})
+    assert matrix_store.get(NS, key).value == {"key": key}  # type: ignore[union-attr]
+    assert matrix_store.get(NS, key + "\x00").value == {"key": key + "\x00"}  # type: ignore[union-attr]
 
 
-def test_keys_that_are_not_unicode_text_are_refused(store: SqliteStore) -> None:
+def test_keys_that_are_not_unicode_text_are_refused(store: MemoryStore) -> None:
     with pytest.raises(InvalidIdError):
         store.put(NS, "lone \ud800 surrogate", {"v": 1})
 
 
 @pytest.mark.parametrize("key", [*HOSTILE, "a.b", "$eq", "a\x00b"])
-def test_hostile_filter_keys_match_exactly(store: SqliteStore, key: str) -> None:
-    store.put(NS, "yes", {key: "v", "other": 1})
-    store.put(NS, "no", {key + "x": "v", "other": 1})
-    assert keys(store.search(NS, filter={key: "v"})) == ["yes"]
-    assert keys(store.search(NS, query="v", filter={key: "v"})) == []  # "v" is no term
+def test_hostile_filter_keys_match_exactly(matrix_store: MemoryStore, key: str) -> None:
+    matrix_store.put(NS, "yes", {key: "v", "other": 1})
+    matrix_store.put(NS, "no", {key + "x": "v", "other": 1})
+    assert keys(matrix_store.search(NS, filter={key: "v"})) == ["yes"]
+    assert keys(matrix_store.search(NS, query="v", filter={key: "v"})) == []  # "v" is no term
 
 
 # -- search without a query --------------------------------------------------------------
 
 
-def test_search_lists_newest_first_under_the_prefix(store: SqliteStore) -> None:
+def test_search_lists_newest_first_under_the_prefix(store: MemoryStore) -> None:
     for i in range(5):
         store.put(("docs", f"u{i % 2}"), f"k{i}", {"i": i})
     store.put(("docsx",), "not-under", {"i": -1})
@@ -227,17 +229,19 @@ FILTER_CASES: list[tuple[dict[str, Any], list[str]]] = [
 
 
 @pytest.mark.parametrize(("conditions", "expected"), FILTER_CASES)
-def test_filters(store: SqliteStore, conditions: dict[str, Any], expected: list[str]) -> None:
-    store.put(NS, "c", {"color": "blue", "n": 5, "meta": {"owner": "ana", "level": 2}})
-    store.put(NS, "b", {"color": "blue", "n": True, "flag": True, "when": "2024-01-31"})
-    store.put(NS, "a", {"color": "red", "n": 1, "when": "2024-01-02", "tags": ["x", "y"]})
-    store.put(NS, "a-meta", {"meta": {"owner": "bob"}}, index=False)
-    store.delete(NS, "a-meta")
-    store.put(NS, "a", {**store.get(NS, "a").value, "meta": {"owner": "ana"}})  # type: ignore[union-attr]
-    assert sorted(keys(store.search(NS, filter=conditions))) == expected
+def test_filters(
+    matrix_store: MemoryStore, conditions: dict[str, Any], expected: list[str]
+) -> None:
+    matrix_store.put(NS, "c", {"color": "blue", "n": 5, "meta": {"owner": "ana", "level": 2}})
+    matrix_store.put(NS, "b", {"color": "blue", "n": True, "flag": True, "when": "2024-01-31"})
+    matrix_store.put(NS, "a", {"color": "red", "n": 1, "when": "2024-01-02", "tags": ["x", "y"]})
+    matrix_store.put(NS, "a-meta", {"meta": {"owner": "bob"}}, index=False)
+    matrix_store.delete(NS, "a-meta")
+    matrix_store.put(NS, "a", {**matrix_store.get(NS, "a").value, "meta": {"owner": "ana"}})  # type: ignore[union-attr]
+    assert sorted(keys(matrix_store.search(NS, filter=conditions))) == expected
 
 
-def test_unknown_filter_operators_are_refused(store: SqliteStore) -> None:
+def test_unknown_filter_operators_are_refused(store: MemoryStore) -> None:
     with pytest.raises(ConfigurationError, match=r"\$in"):
         store.search(NS, filter={"n": {"$in": [1]}})
 
@@ -245,7 +249,7 @@ def test_unknown_filter_operators_are_refused(store: SqliteStore) -> None:
 # -- list_namespaces ---------------------------------------------------------------------
 
 
-def test_list_namespaces(store: SqliteStore) -> None:
+def test_list_namespaces(store: MemoryStore) -> None:
     for ns in [("a", "b", "c"), ("a", "b", "d", "e"), ("a", "b", "d", "i"), ("a", "b", "f")]:
         store.put(ns, "k", {"v": 1})
     store.put(("a", "c", "f"), "k", {"v": 1})
@@ -265,7 +269,7 @@ def test_list_namespaces(store: SqliteStore) -> None:
 # -- query search: relevance -------------------------------------------------------------
 
 
-def test_query_scores_are_normalised_and_never_pad(store: SqliteStore) -> None:
+def test_query_scores_are_normalised_and_never_pad(store: MemoryStore) -> None:
     store.put(NS, "mode", {"text": "Ana prefers dark mode in every editor"})
     store.put(NS, "dog", {"text": "Ana adopted a beagle called Biscuit"})
     store.put(NS, "deploy", {"text": "Deploys happen on Tuesdays"})
@@ -284,7 +288,7 @@ def test_query_scores_are_normalised_and_never_pad(store: SqliteStore) -> None:
     assert ranked[0].score > ranked[1].score  # type: ignore[operator]
 
 
-def test_query_search_honours_filter_limit_and_offset(store: SqliteStore) -> None:
+def test_query_search_honours_filter_limit_and_offset(store: MemoryStore) -> None:
     for i in range(6):
         store.put(NS, f"k{i}", {"text": "dark mode" + " editor" * (i % 2), "i": i})
     store.put(NS, "light", {"text": "light mode", "i": 9})
@@ -293,6 +297,29 @@ def test_query_search_honours_filter_limit_and_offset(store: SqliteStore) -> Non
     assert all(item.key != "light" for item in found)
     assert [item.score for item in found] == sorted((i.score for i in found), reverse=True)
     assert keys(store.search(NS, query="dark mode editor", limit=2, offset=1)) == keys(found)[1:3]
+
+
+def test_equal_scores_keep_bm25_order_then_newest_first(store: MemoryStore) -> None:
+    store.put(NS, "long", {"text": "dark " + "filler words " * 6})
+    store.put(NS, "short", {"text": "dark"})
+    store.put(NS, "short-newer", {"text": "dark"})
+    store.put(("docsx",), "elsewhere", {"text": "dark dark dark"})  # not under the prefix
+    found = store.search(NS, query="dark")
+    assert [item.score for item in found] == [1.0, 1.0, 1.0]
+    assert keys(found) == ["short-newer", "short", "long"]
+
+
+def test_every_backend_ranks_the_labelled_corpus_as_sqlite_does(store: MemoryStore) -> None:
+    with open_store("memory://") as reference:
+        put_corpus(reference)
+        put_corpus(store)
+        for question, _ in QUERIES:
+            ours = store.search(ANA, query=question, limit=40)
+            theirs = reference.search(ANA, query=question, limit=40)
+            assert [(i.key, round(i.score, 12)) for i in ours] == [  # type: ignore[arg-type]
+                (i.key, round(i.score, 12))  # type: ignore[arg-type]
+                for i in theirs
+            ], question
 
 
 FTS_SYNTAX = [
@@ -310,14 +337,14 @@ FTS_SYNTAX = [
 
 
 @pytest.mark.parametrize("query", FTS_SYNTAX)
-def test_fts_syntax_in_queries_is_just_words(store: SqliteStore, query: str) -> None:
-    store.put(NS, "mode", {"text": "dark mode everywhere"})
-    store.put(NS, "near", {"text": "near the river"})
-    store.put(NS, "and", {"text": "and or not"})
+def test_fts_syntax_in_queries_is_just_words(matrix_store: MemoryStore, query: str) -> None:
+    matrix_store.put(NS, "mode", {"text": "dark mode everywhere"})
+    matrix_store.put(NS, "near", {"text": "near the river"})
+    matrix_store.put(NS, "and", {"text": "and or not"})
     plain = re.sub(r"[^\w\s]", " ", query).lower()
-    got = store.search(NS, query=query)
+    got = matrix_store.search(NS, query=query)
     assert [(i.key, i.score) for i in got] == [
-        (i.key, i.score) for i in store.search(NS, query=plain)
+        (i.key, i.score) for i in matrix_store.search(NS, query=plain)
     ]
 
 
@@ -333,7 +360,7 @@ def test_index_fields_choose_the_searchable_text() -> None:
         assert "c" in keys(store.search(NS))
 
 
-def test_a_note_is_searched_by_its_text_and_topics_not_its_provenance(store: SqliteStore) -> None:
+def test_a_note_is_searched_by_its_text_and_topics_not_its_provenance(store: MemoryStore) -> None:
     from tests.memory.conftest import make_note
 
     note = make_note("Ana adopted a beagle", topics=("Biscuit",), thread_id="kubernetes")
@@ -373,8 +400,10 @@ class ConceptEmbeddings(Embeddings):
         return self._embed(text)
 
 
-def test_embeddings_find_paraphrases_that_lexical_search_misses(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/vec.db"
+def test_embeddings_find_paraphrases_that_lexical_search_misses(
+    store_backend: StoreBackend, store_url: str
+) -> None:
+    url = store_url
     docs = {
         "dog": "Ana adopted a beagle puppy called Biscuit",
         "car": "The Honda failed its inspection",
@@ -395,13 +424,14 @@ def test_embeddings_find_paraphrases_that_lexical_search_misses(tmp_path: Path) 
         assert all(item.score < 0.05 for item in found[1:])  # type: ignore[operator]
         both = store.search(NS, query="headaches after short nights")
         assert keys(both)[0] == "pain"
-    with open_store(url, index=index) as reopened:  # type: ignore[arg-type]
-        assert keys(reopened.search(NS, query="vehicle"))[0] == "car"
+    if store_backend.persistent:
+        with open_store(url, index=index) as reopened:  # type: ignore[arg-type]
+            assert keys(reopened.search(NS, query="vehicle"))[0] == "car"
 
 
-def test_hybrid_score_mixes_lexical_and_semantic_parts() -> None:
+def test_hybrid_score_mixes_lexical_and_semantic_parts(store_url: str) -> None:
     index = {"embed": ConceptEmbeddings()}
-    with open_store("memory://", index=index, semantic_weight=0.25) as store:  # type: ignore[arg-type]
+    with open_store(store_url, index=index, semantic_weight=0.25) as store:  # type: ignore[arg-type]
         store.put(NS, "dog", {"text": "beagle puppy"})  # embedded as (2, 0, 0, 0, 0.1)
         (hit,) = store.search(NS, query="beagle puppy")
         assert hit.score == pytest.approx(0.75 * 1.0 + 0.25 * 1.0, abs=1e-6)
@@ -442,7 +472,7 @@ class Clock:
 
 def test_ttl_expiry_refresh_and_sweep(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = Clock()
-    monkeypatch.setattr(store_module, "time", clock)
+    monkeypatch.setattr(_store_base, "time", clock)
     with open_store(store_url, ttl={"default_ttl": 10}) as store:
         assert store.supports_ttl
         store.put(NS, "default", {"text": "kept ten minutes"})
@@ -464,7 +494,7 @@ def test_ttl_expiry_refresh_and_sweep(store_url: str, monkeypatch: pytest.Monkey
         assert store.get(NS, "default").created_at.timestamp() == pytest.approx(clock.now)  # type: ignore[union-attr]
 
 
-def test_ttl_must_be_positive(store: SqliteStore) -> None:
+def test_ttl_must_be_positive(store: MemoryStore) -> None:
     with pytest.raises(ConfigurationError):
         store.put(NS, "k", {"v": 1}, ttl=-1)
     with pytest.raises(ConfigurationError):
@@ -495,14 +525,14 @@ def test_the_store_can_share_a_file_with_the_checkpointer(tmp_path: Path) -> Non
         assert store.get(NS, "k") is not None
 
 
-def test_closed_store_refuses_work(store: SqliteStore) -> None:
+def test_closed_store_refuses_work(store: MemoryStore) -> None:
     store.close()
     store.close()  # idempotent
     with pytest.raises(Exception, match="closed"):
         store.get(NS, "k")
 
 
-def test_threads_share_one_store(store: SqliteStore) -> None:
+def test_threads_share_one_store(store: MemoryStore) -> None:
     def work(n: int) -> None:
         for i in range(20):
             store.put(NS, f"{n}-{i}", {"text": f"note {n} {i}"})
@@ -516,7 +546,7 @@ def test_threads_share_one_store(store: SqliteStore) -> None:
     assert len(store.search(NS, limit=100)) == 80
 
 
-async def test_async_api(store: SqliteStore) -> None:
+async def test_async_api(store: MemoryStore) -> None:
     await store.aput(NS, "k", {"text": "async dark mode"})
     assert (await store.aget(NS, "k")).value == {"text": "async dark mode"}  # type: ignore[union-attr]
     assert keys(await store.asearch(NS, query="dark")) == ["k"]
@@ -527,7 +557,7 @@ async def test_async_api(store: SqliteStore) -> None:
     assert await store.aget(NS, "k") is None
 
 
-def test_a_compiled_graph_uses_the_store(store: SqliteStore) -> None:
+def test_a_compiled_graph_uses_the_store(store: MemoryStore) -> None:
     class State(TypedDict):
         question: str
         answer: list[str]
@@ -551,15 +581,23 @@ def test_a_compiled_graph_uses_the_store(store: SqliteStore) -> None:
 
 
 def test_open_store_urls_and_options(tmp_path: Path) -> None:
-    assert known_store_schemes() == ["memory", "sqlite"]
+    assert known_store_schemes() == [
+        "memory",
+        "sqlite",
+        "file",
+        "redis",
+        "rediss",
+        "redis+cluster",
+        "rediss+cluster",
+    ]
     with open_store(f"sqlite:///{tmp_path}/a/b.db?busy_timeout=2&semantic_weight=0.2") as s:
         assert s.path == f"{tmp_path}/a/b.db"
         assert s.semantic_weight == 0.2
         assert isinstance(s, BaseStore)
-    with pytest.raises(ConfigurationError, match=r"memory://, sqlite://.*file:// and redis://"):
-        open_store("redis://localhost:6379/0")
-    with pytest.raises(ConfigurationError, match="known store schemes"):
+    with pytest.raises(ConfigurationError, match="known store schemes") as info:
         open_store("postgres://x")
+    for scheme in known_store_schemes():
+        assert f"{scheme}://" in str(info.value)
     with pytest.raises(ConfigurationError):
         open_store("memory://somewhere")
     with pytest.raises(ConfigurationError):
@@ -572,7 +610,7 @@ def test_open_store_urls_and_options(tmp_path: Path) -> None:
         open_store("not a url")
 
 
-def test_search_ops_validate_their_arguments(store: SqliteStore) -> None:
+def test_search_ops_validate_their_arguments(store: MemoryStore) -> None:
     with pytest.raises(ConfigurationError):
         store.batch([SearchOp(NS, query=42)])  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):

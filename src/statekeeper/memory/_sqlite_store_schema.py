@@ -17,6 +17,8 @@ filter values only ever travel as parameters. Tables (component ``"memory"`` of
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from statekeeper._sqlite import Migration
 
 __all__ = [
@@ -135,7 +137,7 @@ def scope(prefix: tuple[str, ...], now: float) -> tuple[str, str, str, float]:
     return (text, text + ".", text + "/", now)
 
 
-def fts_terms(terms: list[str]) -> str:
+def fts_terms(terms: Sequence[str]) -> str:
     """Normalised terms as stored in ``memory_terms``: hex-encoded, space-separated."""
     return " ".join(term.encode("utf-8").hex() for term in terms)
 

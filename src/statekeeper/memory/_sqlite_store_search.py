@@ -11,13 +11,13 @@ never returned; the rest come best first, equal scores in BM25 order, then newes
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from contextlib import closing
 from typing import Any
 
 from langgraph.store.base import SearchItem, SearchOp
 
-from statekeeper.memory._lexical import coverage, query_terms, weights
+from statekeeper.memory._lexical import query_terms
 from statekeeper.memory._sqlite_store_ops import Row, search_item
 from statekeeper.memory._sqlite_store_schema import (
     COUNT_SCOPE,
@@ -27,12 +27,8 @@ from statekeeper.memory._sqlite_store_schema import (
     fts_query,
     scope,
 )
-from statekeeper.memory._sqlite_store_values import (
-    cosine,
-    decode_value,
-    matches_filter,
-    unpack_vector,
-)
+from statekeeper.memory._sqlite_store_values import decode_value, matches_filter
+from statekeeper.memory._store_search import lexical_scores, rank, similarity
 
 __all__ = ["search"]
 
@@ -90,54 +86,37 @@ def _ranked(
 ) -> list[tuple[Row, float]]:
     assert op.query is not None
     wanted = query_terms(op.query)
-    lexical = dict(_lexical_scores(conn, params, wanted)) if wanted else {}
-    rows = {item_id: row for item_id, (row, _) in lexical.items()}
-    scores = {item_id: score for item_id, (_, score) in lexical.items()}
+    rows: dict[int, Row] = {}  # BM25 order first, then newest first
+    lexical: dict[int, float] = {}
+    if wanted:
+        by_hex = {term.encode("utf-8").hex(): term for term in wanted}
+        found: dict[int, frozenset[str]] = {}
+        for *row, stored, _rank in conn.execute(SELECT_MATCHES, (*params, fts_query(wanted))):
+            rows[row[0]] = tuple(row)
+            found[row[0]] = frozenset(by_hex[h] for h in stored.split() if h in by_hex)
+        # Document frequencies over the whole collection under the prefix, so scores do
+        # not depend on the filter or the page, nor on what other namespaces hold.
+        (n_docs,) = conn.execute(COUNT_SCOPE, params).fetchone()
+        lexical = lexical_scores(wanted, n_docs, found)
+    semantic = None
     if query_vector is not None:
-        semantic = _semantic_scores(conn, params, query_vector)
-        for item_id, (row, _) in semantic.items():
+        semantic = {}
+        for item_id, (row, blobs) in _vectors(conn, params).items():
             rows.setdefault(item_id, row)
-        scores = {
-            item_id: (1.0 - semantic_weight) * scores.get(item_id, 0.0)
-            + semantic_weight * (semantic[item_id][1] if item_id in semantic else 0.0)
-            for item_id in rows
-        }
-    ranked = [
-        (row, scores[item_id])
-        for item_id, row in rows.items()  # BM25 order first, then newest first
-        if scores[item_id] > 0.0
-        and (not op.filter or matches_filter(decode_value(row[3]), op.filter))
-    ]
-    ranked.sort(key=lambda pair: -pair[1])  # stable: equal scores keep the order above
-    return ranked
+            semantic[item_id] = similarity(query_vector, blobs)
+
+    def keep(item_id: int) -> bool:
+        return not op.filter or matches_filter(decode_value(rows[item_id][3]), op.filter)
+
+    ranked = rank(list(rows), lexical, semantic, semantic_weight, keep)
+    return [(rows[item_id], score) for item_id, score in ranked]
 
 
-def _lexical_scores(
-    conn: sqlite3.Connection, params: tuple[Any, ...], wanted: tuple[str, ...]
-) -> Iterator[tuple[int, tuple[Row, float]]]:
-    """Items holding a query term, in BM25 order, with their lexical score."""
-    by_hex = {term.encode("utf-8").hex(): term for term in wanted}
-    matched: list[tuple[Row, frozenset[str]]] = []
-    for *row, stored, _rank in conn.execute(SELECT_MATCHES, (*params, fts_query(wanted))):
-        found = frozenset(by_hex[h] for h in stored.split() if h in by_hex)
-        matched.append((tuple(row), found))
-    # Document frequencies over the whole collection under the prefix, so scores do not
-    # depend on the filter or the page, nor on what other namespaces hold.
-    doc_freq = {term: sum(term in found for _, found in matched) for term in wanted}
-    (n_docs,) = conn.execute(COUNT_SCOPE, params).fetchone()
-    term_weights = weights(wanted, n_docs, doc_freq)
-    for row, found in matched:
-        yield row[0], (row, coverage(term_weights, found))
-
-
-def _semantic_scores(
-    conn: sqlite3.Connection, params: tuple[Any, ...], query_vector: Sequence[float]
-) -> dict[int, tuple[Row, float]]:
-    """Every item under the prefix with an embedding: ``max(0, cosine)`` of its best text."""
-    best: dict[int, tuple[Row, float]] = {}
+def _vectors(
+    conn: sqlite3.Connection, params: tuple[Any, ...]
+) -> dict[int, tuple[Row, list[bytes]]]:
+    """Every item under the prefix with an embedding, newest first, with its vectors."""
+    found: dict[int, tuple[Row, list[bytes]]] = {}
     for *row, blob in conn.execute(SELECT_VECTORS, params):
-        similarity = min(max(cosine(query_vector, unpack_vector(blob)), 0.0), 1.0)
-        item_id = row[0]
-        if item_id not in best or similarity > best[item_id][1]:
-            best[item_id] = (tuple(row), similarity)
-    return best
+        found.setdefault(row[0], (tuple(row), []))[1].append(blob)
+    return found

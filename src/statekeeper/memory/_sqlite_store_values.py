@@ -1,5 +1,5 @@
-"""What the SQLite memory store does with a value: encode it, pick its text, filter it, and
-pack its embeddings. Nothing here touches the database."""
+"""What a memory store does with a value: encode it, pick its text, filter it, and pack its
+embeddings. Every backend (SQLite, files, Redis) uses these; nothing here touches storage."""
 
 from __future__ import annotations
 
