@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper import _console
+from statekeeper._cli_memory import add_memory_commands
 from statekeeper._urls import redact
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
@@ -498,26 +499,6 @@ def _read_everything(saver: Any, problems: list[dict[str, Any]]) -> tuple[int, i
     return len(thread_ids), checked
 
 
-def cmd_memory_eval(args: argparse.Namespace) -> int:
-    from statekeeper.memory.eval import evaluate, load_dataset, render
-
-    dataset = load_dataset(args.dataset)
-    bar = _console.Progress("eval")
-    try:
-        report = evaluate(
-            dataset,
-            budget_tokens=args.budget,
-            k=args.k,
-            min_score=args.min_score,
-            store_url=args.store,
-            progress=lambda done, total, conversation: bar.update(done, total, conversation),
-        )
-    finally:
-        bar.done()
-    print(_console.dumps(report.to_json()) if args.json else render(report))
-    return EXIT["ok"]
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from statekeeper.demo import run_demo
 
@@ -674,35 +655,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--all", action="store_true", help="every thread")
     sub.add_argument("--graph", metavar="REF", help="graph to use instead of the recorded one")
 
-    memory = command("memory", _usage_of_group, "memory notes: evaluate recall")
-    memory_commands = memory.add_subparsers(dest="memory_command", required=True, metavar="COMMAND")
-    sub = memory_commands.add_parser(
-        "eval",
-        parents=[common],
-        help="measure summarization + recall against raw-message BM25 on a dataset",
-        description="Feed each conversation of DATASET through the summarization node, ask "
-        "its questions with recall, and print Hit@k, MRR, nDCG, precision and tokens for the "
-        "pipeline and for a raw-message BM25 baseline, overall and per category.",
-    )
-    sub.set_defaults(handler=cmd_memory_eval)
-    sub.add_argument(
-        "dataset", metavar="DATASET.json", help="the dataset (see docs/memory-eval.md)"
-    )
-    sub.add_argument(
-        "--budget",
-        type=int,
-        default=1024,
-        metavar="TOKENS",
-        help="token budget of the summarization node (default 1024)",
-    )
-    sub.add_argument("--k", type=int, default=10, help="notes recalled per question (default 10)")
-    sub.add_argument(
-        "--min-score",
-        type=float,
-        default=None,
-        metavar="S",
-        help="relevance floor (default: recall's)",
-    )
+    memory = command("memory", _usage_of_group, "memory notes: search, show, stats, export, eval")
+    add_memory_commands(memory, common)
 
     sub = command("demo", cmd_demo, "crash, resume, approve and move an example agent run")
     sub.add_argument("--workdir", default=".statekeeper/demo", help="where the demo stores state")

@@ -62,7 +62,22 @@ def test_the_node_recalls_into_the_state_with_the_graphs_store(shared: SqliteSto
     assert memories
     first = memories[0]
     assert first["text"].startswith("Ana booked flights to Dublin")
-    assert set(first) == {"text", "topics", "score", "key", "namespace", "provenance"}
+    assert set(first) == {
+        "text",
+        "topics",
+        "score",
+        "freshness",
+        "key",
+        "namespace",
+        "provenance",
+        "observed_at",
+        "valid_from",
+        "valid_to",
+        "subject",
+        "attribute",
+        "superseded_by",
+        "conflicts",
+    }
     assert first["provenance"]["thread_id"]
     assert first["provenance"]["message_ids"]
     assert ask(graph, "Explain quantum entanglement") == []  # nothing relevant: nothing

@@ -63,7 +63,7 @@ def texts(summary: Summary) -> list[str]:
 class TestExtractive:
     def test_is_a_summarizer_with_a_versioned_name(self) -> None:
         assert isinstance(ExtractiveSummarizer(), Summarizer)
-        assert ExtractiveSummarizer.name == "extractive/2"
+        assert ExtractiveSummarizer.name == "extractive/3"
 
     def test_one_note_per_statement_with_speaker_and_resolved_dates(self) -> None:
         summary = ExtractiveSummarizer().summarize(conversation(), None)
@@ -307,7 +307,7 @@ class TestChatModel:
     def test_is_a_summarizer_named_after_its_model(self) -> None:
         summarizer = ChatModelSummarizer(model_answering("{}"))
         assert isinstance(summarizer, Summarizer)
-        assert summarizer.name == "chat/1:RecordingModel"
+        assert summarizer.name == "chat/2:RecordingModel"
         assert ChatModelSummarizer(model_answering("{}"), name="mine/2").name == "mine/2"
 
     @pytest.mark.parametrize(
@@ -320,8 +320,8 @@ class TestChatModel:
         with caplog.at_level(logging.WARNING, logger="statekeeper.memory.summarize"):
             summary = ChatModelSummarizer(model_answering(answer)).summarize(CHAT, None)
         expected = ExtractiveSummarizer().summarize(CHAT, None)
-        assert summary == Summary(expected.text, expected.notes, "extractive/2")
-        assert "summarizing with extractive/2 instead" in caplog.text
+        assert summary == Summary(expected.text, expected.notes, "extractive/3")
+        assert "summarizing with extractive/3 instead" in caplog.text
 
     def test_malformed_answers_raise_without_a_fallback(self) -> None:
         summarizer = ChatModelSummarizer(model_answering("no json"), fallback=None)
@@ -340,3 +340,75 @@ class TestChatModel:
 
         summarizer = ChatModelSummarizer(model_answering("nope"), fallback=Fixed())
         assert summarizer.summarize(CHAT, None) == Summary("fixed", (), "fixed/1")
+
+
+# -- fact keys ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I live in Lisbon.", ("ana", "home")),
+        ("The movers come Saturday. We're officially relocating to Toronto!", ("ana", "home")),
+        ("We moved to Porto last year.", ("ana", "home")),
+        ("My sister lives in Dublin.", ("ana's sister", "home")),
+        ("I signed! I'm starting as a data analyst at Northwind Logistics.", ("ana", "employer")),
+        ("I handed in my notice at Acme. I'm joining Globex as a nurse.", ("ana", "employer")),
+        ("It's official: Initech hired me as their new designer.", ("ana", "employer")),
+        ("I quit my job today.", ("ana", "employer")),
+        ("My brother works at Acme Corp.", ("ana's brother", "employer")),
+        ("I work as a pediatric nurse.", ("ana", "occupation")),
+        ("Traded in the Volvo. We drove home in a Kia EV6!", ("ana", "car")),
+        ("I bought a new car!", ("ana", "car")),
+        ("I've gone fully vegetarian.", ("ana", "diet")),
+        ("I stopped eating meat a few weeks ago.", ("ana", "diet")),
+        ("I'm allergic to peanuts.", ("ana", "allergy to peanuts")),
+        # no single-valued fact asserted
+        ("Do you live in Lisbon?", None),
+        ("I'm thinking of moving to Paris.", None),
+        ("If I moved to Paris I would miss the sea.", None),
+        ("My car broke down again.", None),
+        ("I drove to work.", None),
+        ("I start Monday.", None),
+        ("I'm joining Anna for lunch.", None),
+        ("We adopted a beagle named Biscuit.", None),  # a second pet replaces no first one
+        ("My coworker lives in Madrid.", None),
+        ("After six years in Lisbon I still get lost.", None),
+    ],
+)
+def test_fact_keys_of_statements(text: str, expected: tuple[str, str] | None) -> None:
+    [note] = ExtractiveSummarizer().summarize([HumanMessage(text, name="Ana", id="1")], None).notes
+    assert note.fact == expected
+
+
+def test_only_people_state_facts_and_the_key_adds_its_question_words() -> None:
+    said = [
+        HumanMessage("We're relocating to Toronto!", name="Ana", id="h"),
+        AIMessage("I live in the cloud, and I moved to Porto.", id="a"),
+        HumanMessage("I work at Acme.", id="u"),
+    ]
+    human, assistant, user = ExtractiveSummarizer().summarize(said, None).notes
+    assert human.fact == ("ana", "home")
+    assert {"home", "lives"} <= set(human.topics)
+    assert assistant.fact is None
+    assert user.fact == ("user", "employer")
+    assert {"work", "job", "employer"} <= set(user.topics)
+
+
+def test_chat_model_notes_may_name_their_fact() -> None:
+    model = model_answering(
+        {
+            "summary": "s",
+            "notes": [
+                {"text": "Ana lives in Toronto.", "sources": [1], "subject": " Ana ",
+                 "attribute": "Home"},
+                {"text": "Ana likes cats.", "sources": [1], "subject": "Ana"},
+                {"text": "Ana has a cat.", "sources": [1], "subject": "", "attribute": "pet"},
+            ],
+        }
+    )  # fmt: skip
+    notes = ChatModelSummarizer(model).summarize(CHAT, None).notes
+    assert [note.fact for note in notes] == [("ana", "home"), None, None]
+    system, _ = model.prompts[0]
+    assert '"subject"' in system.text
+    assert '"attribute"' in system.text

@@ -12,15 +12,20 @@ holds no proper nouns (no brands, breeds, places or employers) and no open-ended
 instances (no dishes, diseases or hobbies one by one): those are what a lexicon can never
 cover, and what embeddings are for. Words are compared by their stem
 (:func:`statekeeper.memory._lexical.stem`), so "relocated" finds "relocate".
+
+:func:`fact_key` names the single-valued fact a statement asserts ("We're relocating to
+Toronto!" said by Ana: ``("ana", "home")``), by which contradicting notes are found, and
+:func:`fact_topics` the words a question about that fact asks with.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from statekeeper.memory._lexical import stem
 
-__all__ = ["concept_tags"]
+__all__ = ["concept_tags", "fact_key", "fact_topics"]
 
 # tags -> trigger words (lower-case; compared by stem)
 _LEXICON: dict[tuple[str, ...], str] = {
@@ -62,3 +67,165 @@ def concept_tags(words: Iterable[str]) -> list[str]:
     for word in words:
         found.update(_TRIGGERS.get(stem(word), ()))
     return [tag for tags in _LEXICON for tag in tags if tag in found]
+
+
+# -- fact keys ------------------------------------------------------------------------------
+#
+# The (subject, attribute) of a statement that says the current value of a single-valued
+# personal fact: where someone lives, who they work for, what they do, what they drive,
+# what they eat. Two such statements about one person contradict: the later one is the
+# update. Only statements that assert a value get a key ("I drive a Civic", not "my car
+# broke down"), said by someone of themselves ("I", "we") or of a close relative ("my
+# sister lives in Dublin"). Facts that coexist get no shared key: a second pet does not
+# replace the first, so pets get none; each allergy is its own attribute ("allergy to
+# peanuts"), so a new one does not hide an old one.
+
+
+def _split(text: str) -> list[str]:
+    return text.split()
+
+
+_RELATIVES = """sister brother mother mom mum father dad son daughter wife husband partner
+    boyfriend girlfriend grandmother grandfather grandma grandpa"""
+_WHO = r"(?P<who>\b(?:i|we)\b|\bmy (?:" + "|".join(_split(_RELATIVES)) + r")\b)"
+_AUX = r"(?:'m|'re|'ve|'s|'ll| am| are| have| has| is| will| will be| am now| are now)?"
+_ADV = r"(?:\s+(?:now|just|finally|officially|also|recently|already|actually|fully))*"
+_OBJ = r"(?P<obj>[^\W\d_][\w'-]*)"  # the named value: must be capitalised (checked below)
+# (attribute, pattern, whether the value after it must be a name)
+_FACT_PATTERNS: list[tuple[str, str, bool]] = [
+    ("home", rf"{_WHO}{_AUX}{_ADV}\s+(?:live|lives|living|lived)\s+in\s+{_OBJ}", True),
+    (
+        "home",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:move|moved|moves|moving|relocate|relocated|relocates"
+        rf"|relocating)\s+(?:back\s+)?to\s+{_OBJ}",
+        True,
+    ),
+    ("employer", rf"{_WHO}{_AUX}{_ADV}\s+(?:work|works|working)\s+(?:at|for)\s+{_OBJ}", True),
+    (
+        "employer",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:start|starts|started|starting|join|joins|joined|joining)"
+        rf"\s+(?:as\s+(?:a|an)\s+[\w -]{{1,40}}?\s+)?at\s+{_OBJ}",
+        True,
+    ),
+    (  # "joining Acme as a nurse", not "joining Anna for lunch"
+        "employer",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:join|joins|joined|joining)\s+{_OBJ}[\w' -]*?\s+as\s+(?:a|an)\s",
+        True,
+    ),
+    ("employer", r"(?P<who>)\b(?:hired|hires|has hired) me\b", False),
+    (
+        "employer",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:got|landed|accepted)\s+(?:a|an|the)\s+(?:new\s+)?"
+        rf"(?:job|position|role|offer)\s+(?:at|with|from)\s+{_OBJ}",
+        True,
+    ),
+    (
+        "employer",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:quit|left|resigned from|handed in (?:my|his|her) notice at)"
+        rf"\s+(?:my job\b|{_OBJ})",
+        False,
+    ),
+    ("occupation", rf"{_WHO}{_AUX}{_ADV}\s+(?:work|works|working)\s+as\s+(?:a|an)\b", False),
+    (
+        "car",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:drive|drives|driving|drove home in|drove off in)\s+(?:a|an)\s",
+        False,
+    ),
+    (
+        "car",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:bought|got|leased|picked up)\s+(?:a|an|our|my)\s+(?:new|used)"
+        r"\s+(?:car|van|truck|suv|motorbike|motorcycle)\b",
+        False,
+    ),
+    ("car", rf"{_WHO}\s+(?:car|new car) is (?:a|an)\s", False),
+    (
+        "diet",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:gone|become|became|going|turned|a)?{_ADV}\s*(?:vegetarian|vegan"
+        r"|pescatarian)\b",
+        False,
+    ),
+    (
+        "diet",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:stopped|quit|gave up|started|don't|do not|no longer)\s+"
+        r"(?:eating\s+|eat\s+)?meat\b",
+        False,
+    ),
+    (
+        "allergy to",
+        rf"{_WHO}{_AUX}{_ADV}\s+(?:severely\s+)?allergic\s+to\s+(?P<obj>[\w -]+)",
+        False,
+    ),
+]
+_FACTS = [
+    (attr, re.compile(pattern, re.IGNORECASE), named) for attr, pattern, named in _FACT_PATTERNS
+]
+# a sentence that wonders, plans or supposes says nothing about the current value
+_HEDGES = frozenset(
+    _split(
+        """if might maybe perhaps thinking considering would could should wish hope hoping
+        planning plan wondering dream someday whether unless"""
+    )
+)
+# capitalised words that name a time, not a place or an employer ("I start Monday")
+_NOT_NAMES = frozenset(
+    _split(
+        """monday tuesday wednesday thursday friday saturday sunday january february march
+        april may june july august september october november december i the a an my our"""
+    )
+)
+_SENTENCE = re.compile(r"[^.!?]+[.!?]*")
+
+
+def fact_key(text: str, speaker: str) -> tuple[str, str] | None:
+    """The ``(subject, attribute)`` of the first single-valued personal fact ``text``
+    asserts, said by ``speaker`` ("Ana": "We're relocating to Toronto!" is ``("ana",
+    "home")``; "My sister works at Acme." is ``("ana's sister", "employer")``); ``None``
+    when it asserts none. Questions and hedged sentences ("if", "maybe", "thinking of")
+    assert nothing."""
+    for sentence in _SENTENCE.findall(text.replace("’", "'")):
+        words = {word.lower() for word in re.findall(r"[\w']+", sentence)}
+        if sentence.rstrip().endswith("?") or words & _HEDGES:
+            continue
+        for attribute, pattern, named in _FACTS:
+            match = next(
+                (
+                    found
+                    for found in pattern.finditer(sentence)
+                    if not named or _is_name(found["obj"])
+                ),
+                None,
+            )
+            if match is None:
+                continue
+            value = match.groupdict().get("obj")
+            if attribute == "allergy to":
+                if not value:
+                    continue
+                attribute = f"allergy to {' '.join(value.split()[:3])}"
+            who = match["who"].lower()
+            subject = speaker if who in ("", "i", "we") else f"{speaker}'s {who.split()[1]}"
+            return (subject.casefold(), attribute)
+    return None
+
+
+def _is_name(word: str | None) -> bool:
+    return word is not None and word[:1].isupper() and word.lower() not in _NOT_NAMES
+
+
+# the words a question about an attribute asks with ("where does Ana live?", "who does
+# she work for?"): a note stating the attribute's value gets them as topics
+_ATTRIBUTE_TOPICS = {
+    "home": ("home", "lives"),
+    "employer": ("job", "work", "employer"),
+    "occupation": ("job", "work"),
+    "car": ("vehicle", "car", "drives"),
+    "diet": ("diet", "food", "eats"),
+}
+
+
+def fact_topics(attribute: str) -> tuple[str, ...]:
+    """The words a question about ``attribute`` asks with, for the topics of a note that
+    states its value."""
+    if attribute.startswith("allergy to "):
+        return ("allergy", "food")
+    return _ATTRIBUTE_TOPICS.get(attribute, ())

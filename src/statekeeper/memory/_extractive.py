@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
-from statekeeper.memory._concepts import concept_tags
+from statekeeper.memory._concepts import concept_tags, fact_key, fact_topics
 from statekeeper.memory._conversation import message_text, message_time, speaker
 
 __all__ = ["Statement", "digest", "estimate_tokens", "extract_statements"]
@@ -90,6 +90,7 @@ class Statement:
     topics: tuple[str, ...]
     said_on: datetime.date | None
     words: tuple[str, ...]  # its content words, lower-cased, for scoring
+    fact: tuple[str, str] | None = None  # (subject, attribute) of the fact it asserts
 
 
 def estimate_tokens(text: str) -> int:
@@ -141,7 +142,9 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
     resolved against the message's timestamp; the text is prefixed with the speaker ("Ana:
     I adopted a cat named Miso."). A short reply to a question from another speaker keeps
     the question with it, so "Miso!" is recalled together with "What is your cat called?".
-    System messages and the tool calls of AI messages make no statement.
+    A human's statement of a single-valued fact about themselves gets its ``(subject,
+    attribute)`` key (:func:`~statekeeper.memory._concepts.fact_key`). System messages
+    and the tool calls of AI messages make no statement.
     """
     document_frequency = Counter(
         word
@@ -179,8 +182,12 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
                 said_on = said_at.date() if said_at else None
                 if said_on is not None:
                     topics = (*topics, said_on.isoformat(), _month(said_on))
+                # only what people say of themselves is theirs to update
+                fact = fact_key(piece, label) if message.type == "human" else None
+                if fact is not None:
+                    topics = tuple(dict.fromkeys((*topics, *fact_topics(fact[1]))))
                 statements.append(
-                    Statement(f"{context}{label}: {piece}", ids, topics, said_on, words)
+                    Statement(f"{context}{label}: {piece}", ids, topics, said_on, words, fact)
                 )
     return statements
 

@@ -21,11 +21,13 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_store
 from langgraph.graph import MessagesState
-from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
+from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
+from statekeeper.memory.metrics import CompactionEvent, log_compaction
 from statekeeper.memory.notes import Note, Provenance
 from statekeeper.memory.summarize import ExtractiveSummarizer, NoteDraft, Summarizer
 
@@ -58,7 +60,7 @@ class RunningSummary(TypedDict):
     """
 
     text: str
-    summarizer: str  # who made the last summary: "extractive/2"
+    summarizer: str  # who made the last summary: "extractive/3"
     compactions: int
     messages_summarized: int  # over every compaction
     tokens_before: int
@@ -158,7 +160,13 @@ class SummarizationNode:
     (``config["configurable"]["thread_id"]``). ``namespace``: a tuple, or a function of
     the run's config; by default :func:`notes_namespace` of the thread. Notes are written
     before the update is returned: if the step is retried they are written again under
-    the same keys (a note's key derives from its thread, messages and text).
+    the same keys (a note's key derives from its thread, messages and text), keeping the
+    validity and links they got the first time.
+
+    ``conflict_policy`` resolves a note that states a new value of a fact already noted
+    in the namespace (same ``(subject, attribute)``): ``"latest_wins"`` (default: the
+    older note is superseded, kept and linked), ``"keep_both_flagged"`` or any
+    :class:`~statekeeper.memory.conflicts.ConflictPolicy`. Nothing is ever deleted.
 
     ``now`` is the clock stamped on notes (``created_at``) and the summary.
     """
@@ -175,6 +183,7 @@ class SummarizationNode:
         messages_key: str = "messages",
         summary_key: str = "summary",
         now: Callable[[], datetime.datetime] = _utcnow,
+        conflict_policy: ConflictPolicy | PolicyName = "latest_wins",
     ) -> None:
         keep = budget_tokens // 2 if keep_tokens is None else keep_tokens
         if budget_tokens < 1 or not 0 <= keep <= budget_tokens:
@@ -193,6 +202,7 @@ class SummarizationNode:
         self.messages_key = messages_key
         self.summary_key = summary_key
         self.now = now
+        self.conflict_policy = resolve_policy(conflict_policy)
 
     def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """The state update: empty when the messages are within budget or nothing can be
@@ -220,8 +230,7 @@ class SummarizationNode:
             thread_id = _thread_id(config)
             namespace = self._namespace(config, thread_id)
             notes = _notes(summary.notes, compressed, thread_id, checkpoint_id, now, made_by)
-            if notes:
-                store.batch([PutOp(namespace, note.key, note.to_value()) for note in notes])
+            write_notes(store, namespace, notes, policy=self.conflict_policy)
             note_keys = [note.key for note in notes]
 
         tokens_after = self.token_counter(kept)
@@ -245,6 +254,12 @@ class SummarizationNode:
             checkpoint_id=checkpoint_id,
             updated_at=now.isoformat(),
         )
+        if store is not None:
+            thread_id = _thread_id(config)
+            log_compaction(
+                store,
+                CompactionEvent(now, thread_id, tokens_before, tokens_after, summary_tokens, saved),
+            )
         removals = [RemoveMessage(id=message.id) for message in compressed if message.id]
         return {self.messages_key: removals, self.summary_key: running}
 
@@ -332,6 +347,13 @@ def _notes(
             created_at=now,
             summarizer=made_by,
         )
-        note = Note(text=draft.text, provenance=provenance, topics=draft.topics)
+        subject, attribute = draft.fact or (None, None)
+        note = Note(
+            text=draft.text,
+            provenance=provenance,
+            topics=draft.topics,
+            subject=subject,
+            attribute=attribute,
+        )
         notes.setdefault(note.key, note)
     return list(notes.values())

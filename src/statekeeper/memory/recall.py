@@ -4,13 +4,18 @@ Relevance first: :func:`recall` returns at most ``k`` notes and only those scori
 ``min_score`` — possibly none. It never fills the list with whatever else is stored, as
 LangGraph's ``InMemoryStore`` does (without an index it ignores the query and returns
 items in insertion order). Scores are the normalised relevance of ``docs/memory-store.md``.
+
+Then time: only notes that hold at the moment asked about (``as_of``, by default now) are
+recalled, so a superseded or expired note is not; ``max_age`` drops notes said too long
+ago, and ``half_life`` ranks recent notes above older ones of equal relevance.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +24,12 @@ from langgraph.store.base import BaseStore, Item
 from statekeeper.errors import ConfigurationError, SerializationError
 from statekeeper.memory._lexical import score_texts
 from statekeeper.memory._sqlite_store_values import indexed_texts
-from statekeeper.memory.notes import NOTE_KIND, Note, Provenance
+from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
+from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
 
-__all__ = ["DEFAULT_MIN_SCORE", "Hit", "recall"]
+__all__ = ["DEFAULT_MIN_SCORE", "Clock", "Hit", "recall"]
+
+logger = logging.getLogger(__name__)
 
 #: The relevance floor. Measured on a hand-labelled set of 40 notes of one person's memory
 #: and 67 queries (38 questions, 12 chat turns, 17 about nothing stored): at 0.3 lexical
@@ -33,31 +41,59 @@ DEFAULT_MIN_SCORE = 0.3
 
 _PAGE = 100  # items per request when a store has to be read page by page
 
+Clock = Callable[[], datetime.datetime]
+"""Returns the current time, timezone-aware."""
+
+
+def utcnow() -> datetime.datetime:
+    """The current time in UTC: the default clock."""
+    return datetime.datetime.now(datetime.UTC)
+
 
 @dataclass(frozen=True)
 class Hit:
-    """A recalled note, its relevance ``score`` in [0, 1], and where it is stored."""
+    """A recalled note, its relevance ``score`` in [0, 1], and where it is stored.
+
+    ``freshness`` in (0, 1] is the recency weight recall ranked it by (``score *
+    freshness``): 1 unless recall was given a ``half_life``.
+    """
 
     note: Note
     score: float
     key: str
     namespace: tuple[str, ...]
+    freshness: float = 1.0
 
     @property
     def provenance(self) -> Provenance:
         """Where the note came from: thread, messages, checkpoint, dates, summarizer."""
         return self.note.provenance
 
+    @property
+    def conflicts(self) -> tuple[str, ...]:
+        """The keys of the notes this one contradicts while both stand (the
+        ``keep_both_flagged`` policy); empty when it conflicts with none."""
+        return self.note.conflicts_with
+
     def to_dict(self) -> dict[str, Any]:
         """The hit as plain JSON data (strings, numbers, lists, dicts, ``None``): safe in
         graph state under any serializer, including strict msgpack."""
+        note = self.note.model_dump(mode="json")
         return {
             "text": self.note.text,
             "topics": list(self.note.topics),
             "score": self.score,
+            "freshness": self.freshness,
             "key": self.key,
             "namespace": list(self.namespace),
-            "provenance": self.provenance.model_dump(mode="json"),
+            "provenance": note["provenance"],
+            "observed_at": note["observed_at"],
+            "valid_from": note["valid_from"],
+            "valid_to": note["valid_to"],
+            "subject": note["subject"],
+            "attribute": note["attribute"],
+            "superseded_by": note["superseded_by"],
+            "conflicts": list(self.conflicts),
         }
 
 
@@ -70,6 +106,12 @@ def recall(
     min_score: float = DEFAULT_MIN_SCORE,
     filter: Mapping[str, Any] | None = None,
     as_of: datetime.datetime | None = None,
+    include_expired: bool = False,
+    max_age: datetime.timedelta | None = None,
+    half_life: datetime.timedelta | None = None,
+    clock: Clock = utcnow,
+    log: bool = True,
+    thread_id: str | None = None,
 ) -> list[Hit]:
     """The notes under ``namespace`` (a prefix: sub-namespaces included) relevant to
     ``query``: at most ``k``, each scoring at least ``min_score`` (and above 0), best
@@ -80,33 +122,151 @@ def recall(
     other store is read whole under ``namespace`` (page by page) and its notes are scored
     here with the same lexical formula. Items that are not notes are skipped.
 
-    ``filter`` narrows the items as in ``store.search``; ``as_of`` (timezone-aware) keeps
-    only notes made at or before it: what the agent could have known then.
+    ``filter`` narrows the items as in ``store.search``. Time: ``as_of``
+    (timezone-aware; by default ``clock()``) selects what was known and held then:
+
+    - only notes made at or before ``as_of`` (``created_at``);
+    - only notes valid at ``as_of`` (``valid_from <= as_of < valid_to``, an open
+      ``valid_to`` holding forever): a note superseded by a later one, or expired, is
+      recalled only with an ``as_of`` in its validity window, or with
+      ``include_expired=True``, which lifts this rule alone;
+    - with ``max_age``, only notes said (``observed_at``) at most ``max_age`` before
+      ``as_of``;
+    - with ``half_life``, notes are ranked by ``score * 0.5 ** (age / half_life)``, where
+      age is ``as_of - observed_at`` (0 if negative); the floor still applies to the
+      relevance ``score``, so decay reorders relevant notes but never turns an old,
+      relevant note away. Each hit carries its weight as ``freshness``.
+
+    With ``log`` (the default), the recall is recorded in the store as a
+    :class:`~statekeeper.memory.metrics.RecallEvent` (for ``thread_id``, when given): how
+    many notes came back, how many matching ones the floor dropped from the best ``k``,
+    how many relevant ones were stale (expired, superseded or too old), the top score and
+    the overlap with the previous recall of the same query; ``memory_stats`` aggregates
+    them. A failure to record is logged as a warning and does not fail the recall.
 
     Raises:
         ConfigurationError: ``k`` < 1, ``min_score`` outside [0, 1], ``query`` not text,
-            or ``as_of`` without a timezone.
+            ``as_of`` (or the clock's time) without a timezone, or ``max_age`` or
+            ``half_life`` not a positive ``timedelta``.
     """
     if not isinstance(query, str):
         raise ConfigurationError(f"the query must be text, got {query!r}")
     check_options(k, min_score)
-    if as_of is not None and (
-        not isinstance(as_of, datetime.datetime) or as_of.utcoffset() is None
-    ):
-        raise ConfigurationError(f"as_of must be a timezone-aware datetime, got {as_of!r}")
+    check_freshness(max_age, half_life)
+    window = _Window(_moment(as_of if as_of is not None else clock()), include_expired)
+    weigh = _Decay(window.at, max_age, half_life)
     if not query.strip():
         return []
+    tally = _Tally()
     conditions = {**(filter or {}), "kind": NOTE_KIND}
     if getattr(store, "relevance_scores", False) is True:
-        return _from_scores(store, namespace, query, k, min_score, conditions, as_of)
+        hits = _from_scores(store, namespace, query, k, min_score, conditions, window, weigh, tally)
+    else:
+        hits = _scored_here(store, namespace, query, k, min_score, conditions, window, weigh, tally)
+    if log:
+        _log(store, namespace, query, thread_id, clock, hits, k, tally)
+    return hits
+
+
+def _scored_here(
+    store: BaseStore,
+    namespace: tuple[str, ...],
+    query: str,
+    k: int,
+    min_score: float,
+    conditions: dict[str, Any],
+    window: _Window,
+    weigh: _Decay,
+    tally: _Tally,
+) -> list[Hit]:
     notes = [(item, note) for item in _all(store, namespace, conditions) if (note := _note(item))]
     texts = ("\n".join(text for _, text in indexed_texts(item.value, None)) for item, _ in notes)
     scored = sorted(zip(score_texts(query, texts), notes, strict=True), key=lambda pair: -pair[0])
-    return [
-        Hit(note, score, item.key, item.namespace)
-        for score, (item, note) in scored
-        if score >= min_score and score > 0.0 and _known_by(note, as_of)
-    ][:k]
+    hits = []
+    for score, (item, note) in scored:
+        if score <= 0.0:
+            break
+        if score < min_score:
+            tally.below_floor += 1
+        elif not (window.admits(note) and weigh.admits(note)):
+            tally.stale += 1
+        else:
+            hits.append(Hit(note, score, item.key, item.namespace, weigh.freshness(note)))
+    return weigh.best(hits, k)
+
+
+@dataclass
+class _Tally:
+    """What a recall left out: matching notes under the floor, relevant but stale ones."""
+
+    below_floor: int = 0
+    stale: int = 0
+
+
+def _log(
+    store: BaseStore,
+    namespace: tuple[str, ...],
+    query: str,
+    thread_id: str | None,
+    clock: Clock,
+    hits: list[Hit],
+    k: int,
+    tally: _Tally,
+) -> None:
+    keys = tuple(hit.key for hit in hits)
+    try:
+        event = RecallEvent(
+            at=clock(),
+            namespace=namespace,
+            query=query,
+            thread_id=thread_id,
+            returned=len(hits),
+            dropped=min(tally.below_floor, k - len(hits)),
+            stale=tally.stale,
+            top_score=max((hit.score for hit in hits), default=None),
+            keys=keys,
+            overlap=overlap(keys, previous_keys(store, namespace, query)),
+        )
+        log_recall(store, event)
+    except Exception as exc:  # the answer matters more than its statistics
+        logger.warning("could not record a recall in %r: %s", store, exc)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The notes known and valid at ``at``."""
+
+    at: datetime.datetime
+    include_expired: bool
+
+    def admits(self, note: Note) -> bool:
+        if aware(note.provenance.created_at) > self.at:
+            return False  # made later: not known then
+        return self.include_expired or note.valid_at(self.at)
+
+
+@dataclass(frozen=True)
+class _Decay:
+    """What age does to a note at ``at``: too old to recall, or ranked lower."""
+
+    at: datetime.datetime
+    max_age: datetime.timedelta | None
+    half_life: datetime.timedelta | None
+
+    def admits(self, note: Note) -> bool:
+        return self.max_age is None or note.observed_at >= self.at - self.max_age
+
+    def freshness(self, note: Note) -> float:
+        if self.half_life is None:
+            return 1.0
+        age = max(self.at - note.observed_at, datetime.timedelta(0))
+        return float(0.5 ** (age / self.half_life))
+
+    def best(self, hits: list[Hit], k: int) -> list[Hit]:
+        """The ``k`` best hits by relevance times freshness; ties keep their order."""
+        if self.half_life is not None:
+            hits = sorted(hits, key=lambda hit: -hit.score * hit.freshness)
+        return hits[:k]
 
 
 def _from_scores(
@@ -116,24 +276,34 @@ def _from_scores(
     k: int,
     min_score: float,
     conditions: dict[str, Any],
-    as_of: datetime.datetime | None,
+    window: _Window,
+    weigh: _Decay,
+    tally: _Tally,
 ) -> list[Hit]:
-    # Results come best first, so the first score below the floor ends the search.
+    # Results come best first, so the first score below the floor ends the search; with
+    # a half-life every relevant note is read, since decay may promote any of them.
     hits: list[Hit] = []
     offset = 0
     while True:
         page = store.search(namespace, query=query, filter=conditions, limit=_PAGE, offset=offset)
-        for item in page:
+        for position, item in enumerate(page):
             score = item.score or 0.0
             if score < min_score or score <= 0.0:
-                return hits
+                # the rest of the page is the next best: count what the floor turned away
+                rest = (other.score or 0.0 for other in page[position:])
+                tally.below_floor += sum(1 for other in rest if 0.0 < other < min_score)
+                return weigh.best(hits, k)
             note = _note(item)
-            if note is not None and _known_by(note, as_of):
-                hits.append(Hit(note, score, item.key, item.namespace))
-                if len(hits) == k:
-                    return hits
+            if note is None:
+                continue
+            if not (window.admits(note) and weigh.admits(note)):
+                tally.stale += 1
+                continue
+            hits.append(Hit(note, score, item.key, item.namespace, weigh.freshness(note)))
+            if weigh.half_life is None and len(hits) == k:
+                return hits
         if len(page) < _PAGE:
-            return hits
+            return weigh.best(hits, k)
         offset += _PAGE
 
 
@@ -156,12 +326,10 @@ def _note(item: Item) -> Note | None:
         return None  # not a note, or one this statekeeper cannot read: not recallable
 
 
-def _known_by(note: Note, as_of: datetime.datetime | None) -> bool:
-    if as_of is None:
-        return True
-    made = note.provenance.created_at
-    # a note written without a timezone is taken to be in UTC, as statekeeper writes them
-    return (made if made.tzinfo is not None else made.replace(tzinfo=datetime.UTC)) <= as_of
+def _moment(moment: object) -> datetime.datetime:
+    if not isinstance(moment, datetime.datetime) or moment.utcoffset() is None:
+        raise ConfigurationError(f"as_of must be a timezone-aware datetime, got {moment!r}")
+    return moment
 
 
 def check_options(k: object, min_score: object) -> None:
@@ -174,3 +342,13 @@ def check_options(k: object, min_score: object) -> None:
         or not (math.isfinite(min_score) and 0.0 <= min_score <= 1.0)
     ):
         raise ConfigurationError(f"min_score must be a number in [0, 1], got {min_score!r}")
+
+
+def check_freshness(max_age: object, half_life: object) -> None:
+    """Refuse a ``max_age`` or ``half_life`` that is neither ``None`` nor a positive
+    ``timedelta`` (ConfigurationError)."""
+    for name, span in (("max_age", max_age), ("half_life", half_life)):
+        if span is not None and (
+            not isinstance(span, datetime.timedelta) or span <= datetime.timedelta(0)
+        ):
+            raise ConfigurationError(f"{name} must be a positive timedelta, got {span!r}")

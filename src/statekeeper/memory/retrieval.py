@@ -7,6 +7,7 @@ and :func:`format_memories` to put them in a prompt.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -18,7 +19,15 @@ from langgraph.store.base import BaseStore
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.node import notes_namespace
-from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Hit, check_options, recall
+from statekeeper.memory.recall import (
+    DEFAULT_MIN_SCORE,
+    Clock,
+    Hit,
+    check_freshness,
+    check_options,
+    recall,
+    utcnow,
+)
 
 __all__ = ["Namespace", "RetrievalNode", "format_memories", "last_human_text"]
 
@@ -29,8 +38,9 @@ _FIELD = re.compile(r"\{(\w+)\}")
 
 class RetrievalNode:
     """A LangGraph node: recall the notes relevant to the conversation and put them in the
-    state under ``key``, as plain JSON dicts (``text``, ``topics``, ``score``, ``key``,
-    ``namespace``, ``provenance``), best first: ``{key: [...]}``, an empty list when
+    state under ``key``, as plain JSON dicts (:meth:`Hit.to_dict
+    <statekeeper.memory.recall.Hit.to_dict>`: ``text``, ``score``, ``provenance``,
+    ``conflicts``...), best first: ``{key: [...]}``, an empty list when
     nothing is relevant. Dicts, not objects, so a checkpoint holding them reloads under
     any serializer, ``LANGGRAPH_STRICT_MSGPACK=true`` included.
 
@@ -42,7 +52,8 @@ class RetrievalNode:
     :class:`~statekeeper.memory.node.SummarizationNode` writes. ``("notes",)`` recalls the
     notes of every thread. ``query``: a function of the state giving the text to recall
     for; by default the text of the last human message in ``state["messages"]``. ``k``,
-    ``min_score`` and ``filter`` are :func:`~statekeeper.memory.recall.recall`'s.
+    ``min_score``, ``filter``, ``include_expired``, ``max_age`` and ``half_life`` are
+    :func:`~statekeeper.memory.recall.recall`'s; notes are recalled as of ``now()``.
 
     Raises (when called): :class:`~statekeeper.errors.ConfigurationError` when there is
     no store, or the namespace names a setting the run's config does not have.
@@ -58,8 +69,13 @@ class RetrievalNode:
         query: Callable[[Any], str | None] | None = None,
         key: str = "memories",
         filter: Mapping[str, Any] | None = None,
+        include_expired: bool = False,
+        max_age: datetime.timedelta | None = None,
+        half_life: datetime.timedelta | None = None,
+        now: Clock = utcnow,
     ) -> None:
         check_options(k, min_score)
+        check_freshness(max_age, half_life)
         if store is not None and not isinstance(store, BaseStore):
             raise ConfigurationError(f"store must be a BaseStore or None, not {store!r}")
         if not isinstance(key, str) or not key:
@@ -71,6 +87,10 @@ class RetrievalNode:
         self.query = query
         self.key = key
         self.filter = filter
+        self.include_expired = include_expired
+        self.max_age = max_age
+        self.half_life = half_life
+        self.now = now
 
     def __call__(self, state: Any, config: RunnableConfig) -> dict[str, list[dict[str, Any]]]:
         text = self.query(state) if self.query is not None else last_human_text(state)
@@ -83,6 +103,12 @@ class RetrievalNode:
             k=self.k,
             min_score=self.min_score,
             filter=self.filter,
+            as_of=self.now(),
+            include_expired=self.include_expired,
+            max_age=self.max_age,
+            half_life=self.half_life,
+            clock=self.now,
+            thread_id=config.get("configurable", {}).get("thread_id"),
         )
         return {self.key: [hit.to_dict() for hit in hits]}
 
@@ -143,14 +169,24 @@ def last_human_text(state: Any) -> str | None:
 def format_memories(memories: Iterable[Hit | Mapping[str, Any]]) -> str:
     """Recalled notes as prompt lines, best first: ``- <text> (thread <id>, <when>)``,
     where ``<when>`` is the day (or days) the source messages were said, else the day the
-    note was made. Takes :class:`~statekeeper.memory.recall.Hit`\\ s or the dicts
+    note was made; ``, superseded`` is added to a note a later one replaced, and
+    ``, contradicted by another note`` to a note flagged as conflicting, so the model can
+    weigh them. Takes :class:`~statekeeper.memory.recall.Hit`\\ s or the dicts
     :class:`RetrievalNode` puts in the state; ``""`` for none."""
     lines = []
     for memory in memories:
         data = memory.to_dict() if isinstance(memory, Hit) else memory
         provenance = data.get("provenance") or {}
+        marks = "".join(
+            mark
+            for mark, present in (
+                (", superseded", data.get("superseded_by")),
+                (", contradicted by another note", data.get("conflicts")),
+            )
+            if present
+        )
         lines.append(
-            f"- {data['text']} (thread {provenance.get('thread_id')}, {_when(provenance)})"
+            f"- {data['text']} (thread {provenance.get('thread_id')}, {_when(provenance)}{marks})"
         )
     return "\n".join(lines)
 

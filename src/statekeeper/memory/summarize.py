@@ -1,6 +1,6 @@
 """Summarizers: turn the oldest messages of a conversation into a running summary and notes.
 
-A :class:`Summarizer` has a ``name`` (with a version: ``"extractive/2"``) and one method,
+A :class:`Summarizer` has a ``name`` (with a version: ``"extractive/3"``) and one method,
 ``summarize(messages, previous_summary) -> Summary``. Two ship with statekeeper:
 
 - :class:`ExtractiveSummarizer`, the default: deterministic and offline (no model, no
@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from statekeeper.errors import SummarizerOutputError
 from statekeeper.memory._conversation import message_text, message_time, speaker
 from statekeeper.memory._extractive import digest, extract_statements
+from statekeeper.memory.notes import normalize_label
 
 __all__ = [
     "ChatModelSummarizer",
@@ -43,11 +44,14 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class NoteDraft:
     """A note before provenance: its text, the ids of the messages it came from (in
-    conversation order) and the words or phrases it is about."""
+    conversation order), the words or phrases it is about, and the ``(subject,
+    attribute)`` key of the single-valued fact it states (``None``: none), by which
+    contradicting notes are found (:mod:`statekeeper.memory.conflicts`)."""
 
     text: str
     message_ids: tuple[str, ...]
     topics: tuple[str, ...] = ()
+    fact: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class Summary:
 class Summarizer(Protocol):
     """Summarizes the oldest part of a conversation.
 
-    ``name`` identifies the algorithm and its version (``"extractive/2"``); it is written
+    ``name`` identifies the algorithm and its version (``"extractive/3"``); it is written
     into every note's provenance, so change the version whenever the output changes.
 
     ``summarize`` is never called with an empty ``messages`` (``SummarizationNode``
@@ -98,16 +102,18 @@ class ExtractiveSummarizer:
     numbers and dates it contains, the general concepts it is about ("vehicle" for a
     hatchback, "food" for an allergy: a small fixed lexicon of common words, so a
     question's words can find a note that never says them), its rarest words, and the day
-    and month it was said ("2024-05-08", "May 2024"). System messages and tool-call
-    requests make no note; a message that makes no note on its own makes none in a batch
-    either.
+    and month it was said ("2024-05-08", "May 2024"). A person's statement of where they
+    live, who they work for, what they do, drive or eat, or what they are allergic to
+    (themselves or a close relative: "my sister lives in...") gets the fact's key:
+    ``("ana", "home")``. System messages and tool-call requests make no note; a message
+    that makes no note on its own makes none in a batch either.
 
     The running summary is the previous summary's lines followed by the ``digest_size``
     most salient new statements (distinctive words count most), one per line, the oldest
     lines dropped to stay within ``max_summary_tokens`` (at four characters per token).
     """
 
-    name = "extractive/2"
+    name = "extractive/3"
 
     def __init__(self, *, digest_size: int = 6, max_summary_tokens: int = 400) -> None:
         if digest_size < 0 or max_summary_tokens < 1:
@@ -123,7 +129,7 @@ class ExtractiveSummarizer:
             size=self.digest_size,
             max_tokens=self.max_summary_tokens,
         )
-        notes = tuple(NoteDraft(s.text, s.message_ids, s.topics) for s in statements)
+        notes = tuple(NoteDraft(s.text, s.message_ids, s.topics, s.fact) for s in statements)
         return Summary(text, notes)
 
     def __repr__(self) -> str:
@@ -145,7 +151,11 @@ the messages; at most 200 words>",
 said it and resolving relative dates>", "sources": [<numbers of the messages it comes \
 from>], "topics": ["<names, places, things it is about>"]}]}
 
-Write one note per fact worth recalling later; skip greetings and chit-chat."""
+Write one note per fact worth recalling later; skip greetings and chit-chat. When a note \
+states the current value of a single-valued fact about someone (where they live, who they \
+work for, what they drive...), add "subject": "<who>" and "attribute": "<what>" to it, \
+worded the same way every time ("subject": "Ana", "attribute": "home"), so that a later \
+note with the same subject and attribute is known to update it."""
 
 
 _EXTRACTIVE = ExtractiveSummarizer()
@@ -155,6 +165,8 @@ class _ModelNote(BaseModel):
     text: str
     sources: list[int | str] = Field(default_factory=list)
     topics: list[str] = Field(default_factory=list)
+    subject: str | None = None
+    attribute: str | None = None
 
 
 class _ModelAnswer(BaseModel):
@@ -171,7 +183,9 @@ class ChatModelSummarizer:
     The model gets ``prompt`` as a system message, then the previous summary and the
     messages, numbered ``[1]``, ``[2]``... (numbers cost fewer tokens than ids and models
     copy them reliably). It must answer with JSON: ``{"summary": str, "notes": [{"text":
-    str, "sources": [int], "topics": [str]}]}`` (a fenced code block is accepted).
+    str, "sources": [int], "topics": [str]}]}`` (a fenced code block is accepted); a note
+    may add ``"subject"`` and ``"attribute"``, the key of the fact it states (normalised;
+    ignored unless both are non-blank text).
 
     Sources are validated against the input: unknown numbers are dropped, message ids are
     accepted as well, and a note left with no valid source gets every input message's id.
@@ -196,11 +210,11 @@ class ChatModelSummarizer:
         self.prompt = prompt
         self.fallback = fallback
         model_name = getattr(model, "model_name", None) or getattr(model, "model", None)
-        self._name = name or f"chat/1:{model_name or type(model).__name__}"
+        self._name = name or f"chat/2:{model_name or type(model).__name__}"
 
     @property
     def name(self) -> str:
-        """``"chat/1:<model name>"`` unless given."""
+        """``"chat/2:<model name>"`` unless given."""
         return self._name
 
     def summarize(self, messages: Sequence[BaseMessage], previous_summary: str | None) -> Summary:
@@ -260,5 +274,10 @@ def _drafts(notes: Sequence[_ModelNote], messages: Sequence[BaseMessage]) -> tup
         wanted = {by_number.get(str(s)) or (s if s in ids else None) for s in note.sources}
         sources = tuple(i for i in ids if i in wanted) or tuple(ids)
         topics = tuple(dict.fromkeys(t.strip() for t in note.topics if t.strip()))
-        drafts.append(NoteDraft(text, sources, topics))
+        drafts.append(NoteDraft(text, sources, topics, _fact(note.subject, note.attribute)))
     return tuple(drafts)
+
+
+def _fact(subject: str | None, attribute: str | None) -> tuple[str, str] | None:
+    subject, attribute = normalize_label(subject or ""), normalize_label(attribute or "")
+    return (subject, attribute) if subject and attribute else None

@@ -1,0 +1,146 @@
+"""``statekeeper memory ...``: search, show, stats, export and eval from the command line."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statekeeper.cli import EXIT, main
+from statekeeper.memory import Note, Provenance, notes_namespace, open_store
+
+DATA = Path(__file__).resolve().parent / "memory" / "data"
+SAID = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.UTC)
+
+
+def note(text: str, *message_ids: str, thread: str = "ana") -> Note:
+    return Note(
+        text=text,
+        provenance=Provenance(
+            thread_id=thread,
+            message_ids=message_ids,
+            said_from=SAID,
+            said_to=SAID,
+            created_at=SAID,
+            summarizer="extractive/2",
+        ),
+    )
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path}/state.db"
+    with open_store(url) as store:
+        for made in (
+            note("Ana: I adopted a cat named Miso last spring.", "m1"),
+            note("Ana: I work as a nurse at the Riverside clinic.", "m2"),
+            note("Ana: My sister Lena lives in Porto.", "m3"),
+        ):
+            store.put(notes_namespace("ana"), made.key, made.to_value())
+    return url
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_search_returns_relevant_notes_with_provenance(db: str, capsys: Any) -> None:
+    code, out, err = cli(
+        capsys,
+        "memory",
+        "search",
+        "what is the cat called?",
+        "--thread",
+        "ana",
+        "--db",
+        db,
+        "--json",
+    )
+    assert code == EXIT["ok"], err
+    hits = json.loads(out)
+    assert [hit["text"] for hit in hits] == ["Ana: I adopted a cat named Miso last spring."]
+    assert hits[0]["provenance"]["thread_id"] == "ana"
+    assert hits[0]["provenance"]["message_ids"] == ["m1"]
+    assert 0.3 <= hits[0]["score"] <= 1.0
+
+    code, out, _ = cli(
+        capsys, "memory", "search", "what is the cat called?", "--thread", "ana", "--db", db
+    )
+    assert code == EXIT["ok"]
+    assert "thread ana, messages m1, said 2026-03-02" in out
+
+
+def test_search_says_when_nothing_is_relevant(db: str, capsys: Any) -> None:
+    code, out, _ = cli(
+        capsys, "memory", "search", "quantum chromodynamics", "--thread", "ana", "--db", db
+    )
+    assert code == EXIT["ok"]
+    assert "no note is relevant enough" in out
+
+
+def test_search_bad_durations_and_times_are_usage_errors(db: str, capsys: Any) -> None:
+    code, _, err = cli(capsys, "memory", "search", "cat", "--db", db, "--max-age", "soon")
+    assert code == EXIT["usage"]
+    assert "30m, 12h, 7d" in err
+    code, _, err = cli(capsys, "memory", "search", "cat", "--db", db, "--as-of", "yesterday")
+    assert code == EXIT["usage"]
+    assert "ISO 8601" in err
+
+
+def test_show_prints_one_note_and_its_chain(db: str, capsys: Any) -> None:
+    key = note("Ana: I adopted a cat named Miso last spring.", "m1").key
+    code, out, err = cli(capsys, "memory", "show", key, "--thread", "ana", "--db", db)
+    assert code == EXIT["ok"], err
+    shown = json.loads(out)
+    assert shown["text"].endswith("named Miso last spring.")
+    assert shown["provenance"]["message_ids"] == ["m1"]
+    assert shown["supersede_chain"] == [key]
+    code, _, err = cli(capsys, "memory", "show", "nope", "--thread", "ana", "--db", db)
+    assert code == EXIT["not_found"]
+    assert "nope" in err
+
+
+def test_stats_count_the_recalls_made(db: str, capsys: Any) -> None:
+    for query in ("cat name", "cat name", "where does Ana work"):
+        assert cli(capsys, "memory", "search", query, "--thread", "ana", "--db", db)[0] == 0
+    code, out, err = cli(capsys, "memory", "stats", "--db", db, "--json")
+    assert code == EXIT["ok"], err
+    stats = json.loads(out)
+    assert stats["overall"]["recalls"] == 3
+    assert stats["overall"]["overlap"] == 1.0  # "cat name" came back the same the second time
+    code, out, _ = cli(capsys, "memory", "stats", "--db", db)
+    assert out.splitlines()[0].split()[:2] == ["GROUP", "RECALLS"]
+
+
+def test_export_writes_every_item_as_json_lines(db: str, tmp_path: Path, capsys: Any) -> None:
+    target = tmp_path / "notes.jsonl"
+    code, _, err = cli(capsys, "memory", "export", "--thread", "ana", "--db", db, "-o", str(target))
+    assert code == EXIT["ok"], err
+    records = [json.loads(line) for line in target.read_text().splitlines()]
+    assert len(records) == 3
+    assert {tuple(r["namespace"]) for r in records} == {notes_namespace("ana")}
+    assert "exported 3 items" in err
+
+
+def test_eval_on_the_tiny_dataset(capsys: Any) -> None:
+    code, out, err = cli(capsys, "memory", "eval", str(DATA / "tiny.json"), "--json")
+    assert code == EXIT["ok"], err
+    report = json.loads(out)
+    assert set(report["metrics"]) == {"pipeline", "baseline"}
+
+
+def test_a_store_can_be_named_apart_from_the_checkpoints(tmp_path: Path, capsys: Any) -> None:
+    store_url = f"file://{tmp_path}/notes"
+    with open_store(store_url) as store:
+        made = note("Ana: I play the cello on Sundays.", "m9")
+        store.put(notes_namespace("ana"), made.key, made.to_value())
+    code, out, err = cli(
+        capsys, "memory", "search", "cello", "--thread", "ana", "--store", store_url, "--json"
+    )
+    assert code == EXIT["ok"], err
+    assert [hit["provenance"]["message_ids"] for hit in json.loads(out)] == [["m9"]]
