@@ -19,13 +19,13 @@ from typing import Any, Literal, NotRequired
 from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig
-from langgraph.config import get_store
 from langgraph.graph import MessagesState
 from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
+from statekeeper.memory._runtime import graph_store
 from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
 from statekeeper.memory.metrics import CompactionEvent, log_compaction
 from statekeeper.memory.notes import Note, Provenance
@@ -276,19 +276,9 @@ class SummarizationNode:
     def _resolve_store(self) -> BaseStore | None:
         if self.store is False:
             return None
-        if self.store is not None:
-            return self.store
-        try:
-            store = get_store()
-        except RuntimeError:  # called outside a graph run
-            store = None
-        if store is None:
-            raise ConfigurationError(
-                "SummarizationNode has no store for its notes: compile the graph with "
-                "store=..., pass store=... to the node, or pass store=False to keep only "
-                "the running summary"
-            )
-        return store
+        return graph_store(
+            self.store, "SummarizationNode", "for its notes (store=False keeps only the summary)"
+        )
 
     def _namespace(self, config: RunnableConfig, thread_id: str) -> tuple[str, ...]:
         if self.namespace is None:

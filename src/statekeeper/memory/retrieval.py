@@ -14,10 +14,10 @@ from typing import Any
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.config import get_store
 from langgraph.store.base import BaseStore
 
 from statekeeper.errors import ConfigurationError
+from statekeeper.memory._runtime import graph_store
 from statekeeper.memory.node import notes_namespace
 from statekeeper.memory.recall import (
     DEFAULT_MIN_SCORE,
@@ -113,18 +113,7 @@ class RetrievalNode:
         return {self.key: [hit.to_dict() for hit in hits]}
 
     def _store(self) -> BaseStore:
-        if self.store is not None:
-            return self.store
-        try:
-            store = get_store()
-        except RuntimeError:  # called outside a graph run
-            store = None
-        if store is None:
-            raise ConfigurationError(
-                "RetrievalNode has no store to recall from: compile the graph with "
-                "store=... or pass store=... to the node"
-            )
-        return store
+        return graph_store(self.store, "RetrievalNode", "to recall from")
 
     def _namespace(self, config: RunnableConfig) -> tuple[str, ...]:
         configurable = config.get("configurable") or {}
