@@ -157,75 +157,77 @@ def recall(
     weigh = _Decay(window.at, max_age, half_life)
     if not query.strip():
         return []
-    tally = _Tally()
-    conditions = {**(filter or {}), "kind": NOTE_KIND}
+    search = _Search(
+        namespace, query, k, min_score, {**(filter or {}), "kind": NOTE_KIND}, window, weigh
+    )
     if getattr(store, "relevance_scores", False) is True:
-        hits = _from_scores(store, namespace, query, k, min_score, conditions, window, weigh, tally)
+        hits = _from_scores(store, search)
     else:
-        hits = _scored_here(store, namespace, query, k, min_score, conditions, window, weigh, tally)
+        hits = _scored_here(store, search)
     if log:
-        _log(store, namespace, query, thread_id, clock, hits, k, tally)
+        _log(store, search, thread_id, clock, hits)
     return hits
 
 
-def _scored_here(
-    store: BaseStore,
-    namespace: tuple[str, ...],
-    query: str,
-    k: int,
-    min_score: float,
-    conditions: dict[str, Any],
-    window: _Window,
-    weigh: _Decay,
-    tally: _Tally,
-) -> list[Hit]:
-    notes = [(item, note) for item in _all(store, namespace, conditions) if (note := _note(item))]
+@dataclass
+class _Search:
+    """One recall: what is asked, what is admitted, and what was left out (the tally)."""
+
+    namespace: tuple[str, ...]
+    query: str
+    k: int
+    min_score: float
+    conditions: dict[str, Any]
+    window: _Window
+    weigh: _Decay
+    below_floor: int = 0  # matching notes the floor turned away
+    stale: int = 0  # relevant notes expired, superseded or too old at as_of
+
+    def admits(self, note: Note) -> bool:
+        return self.window.admits(note) and self.weigh.admits(note)
+
+    def hit(self, note: Note, score: float, item: Item) -> Hit:
+        return Hit(note, score, item.key, item.namespace, self.weigh.freshness(note))
+
+
+def _scored_here(store: BaseStore, search: _Search) -> list[Hit]:
+    found = _all(store, search.namespace, search.conditions)
+    notes = [(item, note) for item in found if (note := _note(item))]
     texts = ("\n".join(text for _, text in indexed_texts(item.value, None)) for item, _ in notes)
-    scored = sorted(zip(score_texts(query, texts), notes, strict=True), key=lambda pair: -pair[0])
+    scores = score_texts(search.query, texts)
     hits = []
-    for score, (item, note) in scored:
+    for score, (item, note) in sorted(zip(scores, notes, strict=True), key=lambda p: -p[0]):
         if score <= 0.0:
             break
-        if score < min_score:
-            tally.below_floor += 1
-        elif not (window.admits(note) and weigh.admits(note)):
-            tally.stale += 1
+        if score < search.min_score:
+            search.below_floor += 1
+        elif not search.admits(note):
+            search.stale += 1
         else:
-            hits.append(Hit(note, score, item.key, item.namespace, weigh.freshness(note)))
-    return weigh.best(hits, k)
-
-
-@dataclass
-class _Tally:
-    """What a recall left out: matching notes under the floor, relevant but stale ones."""
-
-    below_floor: int = 0
-    stale: int = 0
+            hits.append(search.hit(note, score, item))
+    return search.weigh.best(hits, search.k)
 
 
 def _log(
     store: BaseStore,
-    namespace: tuple[str, ...],
-    query: str,
+    search: _Search,
     thread_id: str | None,
     clock: Clock,
     hits: list[Hit],
-    k: int,
-    tally: _Tally,
 ) -> None:
     keys = tuple(hit.key for hit in hits)
     try:
         event = RecallEvent(
             at=clock(),
-            namespace=namespace,
-            query=query,
+            namespace=search.namespace,
+            query=search.query,
             thread_id=thread_id,
             returned=len(hits),
-            dropped=min(tally.below_floor, k - len(hits)),
-            stale=tally.stale,
+            dropped=min(search.below_floor, search.k - len(hits)),
+            stale=search.stale,
             top_score=max((hit.score for hit in hits), default=None),
             keys=keys,
-            overlap=overlap(keys, previous_keys(store, namespace, query)),
+            overlap=overlap(keys, previous_keys(store, search.namespace, search.query)),
         )
         log_recall(store, event)
     except Exception as exc:  # the answer matters more than its statistics
@@ -269,41 +271,37 @@ class _Decay:
         return hits[:k]
 
 
-def _from_scores(
-    store: BaseStore,
-    namespace: tuple[str, ...],
-    query: str,
-    k: int,
-    min_score: float,
-    conditions: dict[str, Any],
-    window: _Window,
-    weigh: _Decay,
-    tally: _Tally,
-) -> list[Hit]:
+def _from_scores(store: BaseStore, search: _Search) -> list[Hit]:
     # Results come best first, so the first score below the floor ends the search; with
     # a half-life every relevant note is read, since decay may promote any of them.
     hits: list[Hit] = []
     offset = 0
     while True:
-        page = store.search(namespace, query=query, filter=conditions, limit=_PAGE, offset=offset)
+        page = store.search(
+            search.namespace,
+            query=search.query,
+            filter=search.conditions,
+            limit=_PAGE,
+            offset=offset,
+        )
         for position, item in enumerate(page):
             score = item.score or 0.0
-            if score < min_score or score <= 0.0:
+            if score < search.min_score or score <= 0.0:
                 # the rest of the page is the next best: count what the floor turned away
                 rest = (other.score or 0.0 for other in page[position:])
-                tally.below_floor += sum(1 for other in rest if 0.0 < other < min_score)
-                return weigh.best(hits, k)
+                search.below_floor += sum(1 for other in rest if 0.0 < other < search.min_score)
+                return search.weigh.best(hits, search.k)
             note = _note(item)
             if note is None:
                 continue
-            if not (window.admits(note) and weigh.admits(note)):
-                tally.stale += 1
+            if not search.admits(note):
+                search.stale += 1
                 continue
-            hits.append(Hit(note, score, item.key, item.namespace, weigh.freshness(note)))
-            if weigh.half_life is None and len(hits) == k:
+            hits.append(search.hit(note, score, item))
+            if search.weigh.half_life is None and len(hits) == search.k:
                 return hits
         if len(page) < _PAGE:
-            return weigh.best(hits, k)
+            return search.weigh.best(hits, search.k)
         offset += _PAGE
 
 
