@@ -15,6 +15,7 @@ import these modules, and importing them is what imports ``redis``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
@@ -40,6 +41,7 @@ __all__ = [
     "DRIVER_ERRORS",
     "SCHEMES",
     "RedisTarget",
+    "check_prefix",
     "ordered",
     "pack",
     "split_ordered",
@@ -49,6 +51,9 @@ __all__ = [
 ]
 
 SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+# no braces (hash tags) and no glob characters, so a prefix never changes a key's slot
+# and a pattern built from it matches only its own keys
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 _BACKOFF = {"base": 0.05, "cap": 1.0}  # waits base * 2**failures: 0.1, 0.2, 0.4, 0.8, 1, 1 s...
 _CERT_REQS = ("none", "optional", "required")
@@ -105,6 +110,21 @@ def unpack(data: bytes, count: int) -> tuple[list[bytes], bytes]:
 
 
 # -- targets ---------------------------------------------------------------------------------
+
+
+def check_prefix(prefix: object) -> str:
+    """``prefix`` when it is a valid key prefix.
+
+    Raises:
+        ConfigurationError: it is not 1-128 letters, digits and ``_ . : / @ + = -``
+            starting with a letter or digit.
+    """
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise ConfigurationError(
+            f"bad Redis key prefix {prefix!r}: use 1-128 letters, digits and _ . : / @ + = -"
+            ", starting with a letter or digit"
+        )
+    return prefix
 
 
 @dataclass(frozen=True)

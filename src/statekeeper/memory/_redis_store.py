@@ -10,13 +10,12 @@ does. Only this module and the ones it imports import ``redis``.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Self
 
 from langgraph.store.base import IndexConfig, TTLConfig
 
-from statekeeper._redis import SCHEMES, RedisTarget
+from statekeeper._redis import SCHEMES, RedisTarget, check_prefix
 from statekeeper._redis_io import Batch, Cmd, Connection, Eval, Op
 from statekeeper._urls import StorageURL, parse_options, parse_url
 from statekeeper.errors import ConfigurationError, SchemaVersionError, StorageError
@@ -38,8 +37,6 @@ _OPTIONS: dict[str, type] = {
     "semantic_weight": float,
     "ttl": object,
 }
-# The Redis checkpointer's rule: no braces (hash tags) and no glob characters.
-_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 
 
 class RedisStore(ItemStore):
@@ -83,11 +80,7 @@ class RedisStore(ItemStore):
         parsed = parse_url(url, list(SCHEMES))
         if parsed.options:
             raise ConfigurationError("pass options as keywords, or open the URL with open_store()")
-        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
-            raise ConfigurationError(
-                f"bad Redis key prefix {prefix!r}: use 1-128 letters, digits and _ . : / @ + = -"
-                ", starting with a letter or digit"
-            )
+        check_prefix(prefix)
         self.target = RedisTarget.from_url(
             parsed,
             retries=retries,
