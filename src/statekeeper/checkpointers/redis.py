@@ -14,7 +14,6 @@ same operation code (:mod:`statekeeper.checkpointers._redis_reads` and
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -29,7 +28,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._redis import SCHEMES, RedisTarget
+from statekeeper._redis import SCHEMES, RedisTarget, check_prefix
 from statekeeper._redis_io import Batch, Cmd, Connection, Op
 from statekeeper._urls import StorageURL, parse_options, parse_url
 from statekeeper.checkpointers._base import Checkpointer, TaskWrite
@@ -54,7 +53,6 @@ _OPTIONS: dict[str, type] = {
     "ssl_cert_reqs": str,
     "claim_ttl": float,
 }
-_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 
 
 class RedisCheckpointer(Checkpointer):
@@ -114,11 +112,7 @@ class RedisCheckpointer(Checkpointer):
             raise ConfigurationError(
                 "pass options as keywords, or open the URL with open_checkpointer()"
             )
-        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
-            raise ConfigurationError(
-                f"bad Redis key prefix {prefix!r}: use 1-128 letters, digits and _ . : / @ + = -"
-                ", starting with a letter or digit"
-            )
+        check_prefix(prefix)
         if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
             raise ConfigurationError(f"option ttl must be a number of seconds > 0, got {ttl!r}")
         if refresh_on_read and ttl is None:
