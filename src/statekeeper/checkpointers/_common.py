@@ -96,12 +96,20 @@ def merged_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dic
     merged: dict[str, Any] = dict(metadata)
     merged.pop("writes", None)
     for source in (config.get("metadata"), config.get("configurable")):
-        for key, value in (source or {}).items():
+        if not source:
+            continue
+        for key, value in source.items():
             if key in merged or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
                 continue
-            if isinstance(value, str | int | float | bool):
+            if isinstance(value, _SCALARS):
                 merged[key] = value
     return merged
+
+
+_SCALARS = (str, int, float, bool)
+# What json.dumps(sort_keys=True, ensure_ascii=True, allow_nan=False) builds per call;
+# encode() keeps no state between calls, so one encoder serves every thread.
+_METADATA_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=True, allow_nan=False)
 
 
 def dump_metadata(metadata: dict[str, Any]) -> str:
@@ -111,7 +119,7 @@ def dump_metadata(metadata: dict[str, Any]) -> str:
         SerializationError: a value is not JSON (NaN, a datetime, an object...).
     """
     try:
-        return json.dumps(metadata, sort_keys=True, ensure_ascii=True, allow_nan=False)
+        return _METADATA_JSON.encode(metadata)
     except (TypeError, ValueError) as exc:
         raise SerializationError(
             f"checkpoint metadata must be JSON (str, int, float, bool, None, lists and "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 import sys
 import zlib
 from collections.abc import Mapping
@@ -109,14 +110,17 @@ def ensure_exact(value: Any, type_: str, data: bytes) -> None:
     """Raise :class:`SerializationError` if ``data`` (``value`` as ``serde`` wrote it, or
     the part of it that ``value`` accounts for) lost a character of a string in ``value``.
 
-    msgpack replaces lone surrogates with "?": only a payload containing "?" (or one we
-    cannot inspect because it is encrypted) can have been altered, so only then look.
+    msgpack replaces surrogate code points with "?": only a payload containing "?" (or one
+    we cannot inspect because it is encrypted) can have been altered, so only then look:
+    first with :func:`_scan` (plain data and pydantic models, e.g. chat messages), else
+    with the ``json.dumps`` screen; a value either finds suspect is walked exactly.
     """
-    if (
-        type_.startswith("msgpack")
-        and (type_ != "msgpack" or b"?" in data)
-        and _may_hold_surrogate(value)
-    ):
+    if not type_.startswith("msgpack") or (type_ == "msgpack" and b"?" not in data):
+        return
+    suspect = _scan(value)
+    if suspect is None:
+        suspect = _may_hold_surrogate(value)
+    if suspect:
         where = _find_surrogate(value, "value")
         if where is not None:
             raise SerializationError(
@@ -182,6 +186,8 @@ def check_id(value: object, what: str, *, allow_empty: bool = False) -> str:
     converted to text. Rejected: other types, empty text where not allowed, and lone
     surrogates (they are not encodable as UTF-8, so no backend could store them exactly).
     """
+    if type(value) is str and value.isascii() and (value or allow_empty):
+        return value  # the usual id: ASCII text holds no surrogate (isascii() is O(1))
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str):
@@ -211,47 +217,87 @@ def _expose(obj: Any) -> Any:
         return None
     if isinstance(obj, set | frozenset):
         return list(obj)
+    if isinstance(obj, Enum):
+        return obj.value  # what serde stores of a member
     if hasattr(obj, "__dict__"):
-        return vars(obj)
+        extra = getattr(obj, "__pydantic_extra__", None)  # a model's extra fields
+        return {**vars(obj), **extra} if isinstance(extra, dict) and extra else vars(obj)
     if dataclasses.is_dataclass(obj):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     raise _Opaque
 
 
-def _may_hold_surrogate(value: Any) -> bool:
-    """Fast screen for :func:`_find_surrogate`: ``False`` means no string inside ``value``
-    holds a lone surrogate. ``json.dumps`` escapes every non-ASCII character in C, so only
-    ``\\udxxx`` escapes need a look; surrogate pairs (emoji...) are told apart."""
-    try:
-        text = json.dumps(value, default=_expose, check_circular=False)
-    except (_Opaque, TypeError, ValueError, RecursionError):
-        return True  # not screenable quickly: let the exact walk decide
-    start = text.find("\\ud")
-    while start != -1:
-        if _is_lone_surrogate_escape(text, start):
-            return True
-        start = text.find("\\ud", start + 1)
+# Any surrogate code point, lone or next to another: msgpack replaces each with "?" (an
+# astral character such as an emoji is one code point, never a surrogate, in a str).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TEXTLESS = frozenset({int, float, bool, type(None), bytes, bytearray})
+_SCAN_BUDGET = 1 << 20  # objects :func:`_scan` visits before leaving it to the json screen
+
+
+def _scan(value: Any) -> bool | None:
+    """Whether a string inside ``value`` holds a surrogate code point, when ``value`` is
+    made of dicts, lists, tuples, scalars, bytes and pydantic models only (their fields and
+    extra fields); ``None`` when it holds anything else (exact types only: a ``str``
+    subclass, an enum, a dataclass... is left to :func:`_may_hold_surrogate`).
+    ``str.isascii()`` is O(1), so chat text costs one call per string."""
+    stack = [value]
+    budget = _SCAN_BUDGET
+    while stack:
+        obj = stack.pop()
+        kind = type(obj)
+        if kind is str:
+            if not obj.isascii() and _SURROGATE.search(obj) is not None:
+                return True
+        elif kind in _TEXTLESS:
+            pass
+        elif kind is list or kind is tuple:
+            stack.extend(obj)
+        elif kind is dict:
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif kind in _MODELS or (kind not in _NOT_MODELS and _is_model(kind)):
+            stack.extend(obj.__dict__.values())
+            if extra := obj.__pydantic_extra__:
+                stack.extend(extra.keys())
+                stack.extend(extra.values())
+        else:
+            return None
+        budget -= 1
+        if not budget:
+            return None
     return False
 
 
-def _is_lone_surrogate_escape(text: str, at: int) -> bool:
-    before = at
-    while before > 0 and text[before - 1] == "\\":
-        before -= 1
-    if (at - before) % 2:
-        return False  # an escaped backslash followed by the letters "ud"
-    code = int(text[at + 2 : at + 6], 16) if len(text) >= at + 6 else 0
-    if 0xD800 <= code <= 0xDBFF:  # high half: lone unless a low half follows
-        low = text[at + 6 : at + 12]
-        return not (low[:2] == "\\u" and 0xDC00 <= int(low[2:] or "0", 16) <= 0xDFFF)
-    if 0xDC00 <= code <= 0xDFFF:  # low half: lone unless a high half precedes
-        high = text[at - 6 : at]
-        return not (high[:2] == "\\u" and 0xD800 <= int(high[2:] or "0", 16) <= 0xDBFF)
-    return False  # \\ud000-\\ud7ff are ordinary characters (Hangul...)
+_MODELS: set[type] = set()  # pydantic model classes _scan met
+_NOT_MODELS: set[type] = set()
 
 
-def _find_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
-    """Return the path of the first string holding a lone surrogate inside ``obj``."""
+def _is_model(kind: type) -> bool:
+    # Real subclasses only, read from the MRO: no ABC machinery (caches shared by threads)
+    # and no virtual subclass, whose fields a model's __dict__ would not describe.
+    known = _MODELS if BaseModel in kind.__mro__ else _NOT_MODELS
+    if len(known) >= 1024:  # classes made on the fly: keep the sets bounded
+        known.clear()
+    known.add(kind)
+    return known is _MODELS
+
+
+def _may_hold_surrogate(value: Any) -> bool:
+    """Screen for :func:`_find_surrogate`: ``False`` means no string inside ``value``
+    holds a surrogate code point. ``json.dumps`` (in C, non-ASCII kept as is) exposes
+    every string, and a text that is ASCII (an O(1) test) holds none."""
+    try:
+        text = json.dumps(value, default=_expose, check_circular=False, ensure_ascii=False)
+    except (_Opaque, TypeError, ValueError, RecursionError):
+        return True  # not screenable quickly: let the exact walk decide
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
+def _find_surrogate(
+    obj: Any, path: str, depth: int = 0, seen: dict[int, Any] | None = None
+) -> str | None:
+    """Return the path of the first string holding a surrogate code point inside ``obj``
+    (each object is visited once: shared and cyclic references stay linear)."""
     if depth > 64:
         return None
     if isinstance(obj, str):
@@ -262,22 +308,34 @@ def _find_surrogate(obj: Any, path: str, depth: int = 0) -> str | None:
         return None
     if isinstance(obj, bytes | bytearray | int | float | bool) or obj is None:
         return None
+    if seen is None:
+        seen = {}
+    if id(obj) in seen:
+        return None
+    seen[id(obj)] = obj  # held, so that no object made during the walk reuses its id
     if isinstance(obj, Mapping):
         for key, item in obj.items():
-            found = _find_surrogate(key, f"{path} key {key!r}", depth + 1) or _find_surrogate(
-                item, f"{path}[{key!r}]", depth + 1
-            )
-            if found:
+            found = _find_surrogate(key, f"{path} key {key!r}", depth + 1, seen)
+            if found := found or _find_surrogate(item, f"{path}[{key!r}]", depth + 1, seen):
                 return found
         return None
     if isinstance(obj, list | tuple | set | frozenset):
         for index, item in enumerate(obj):
-            if found := _find_surrogate(item, f"{path}[{index}]", depth + 1):
+            if found := _find_surrogate(item, f"{path}[{index}]", depth + 1, seen):
                 return found
         return None
+    if isinstance(obj, Enum):  # serde stores a member's value
+        return _find_surrogate(obj.value, f"{path}.value", depth + 1, seen)
     if dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
-        fields = vars(obj) if hasattr(obj, "__dict__") else dataclasses.asdict(obj)
+        if hasattr(obj, "__dict__"):
+            fields = vars(obj)
+        else:  # as serde reads a dataclass: its fields, not copies (asdict deep-copies)
+            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        extra = getattr(obj, "__pydantic_extra__", None)  # a model's extra fields
+        if isinstance(extra, dict) and extra:
+            fields = {**fields, **extra}
         for name, item in fields.items():
-            if found := _find_surrogate(item, f"{path}.{name}", depth + 1):
+            found = _find_surrogate(name, f"{path} field {name!r}", depth + 1, seen)
+            if found := found or _find_surrogate(item, f"{path}.{name}", depth + 1, seen):
                 return found
     return None

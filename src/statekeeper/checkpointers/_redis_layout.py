@@ -21,7 +21,7 @@ from typing import Any
 from langgraph.checkpoint.base import PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._redis import ordered, pack, split_ordered
+from statekeeper._redis import ordered, split_ordered
 from statekeeper._redis import tag as tag_of
 from statekeeper._redis import unpack as unpack_parts
 from statekeeper._redis_io import Cmd
@@ -32,7 +32,7 @@ from statekeeper.checkpointers._deltas import (
     StoredValue,
     rebuild_all,
 )
-from statekeeper.checkpointers._payload import decode, loads
+from statekeeper.checkpointers._payload import check_id, decode, loads
 from statekeeper.checkpointers._redis_lua import THREAD_KEYS
 from statekeeper.errors import StorageError
 
@@ -61,6 +61,7 @@ Item = list[Any]  # one READ reply entry: [ref, record | None, value chains, wri
 _INVERT = bytes(range(255, -1, -1))
 _NAMES = tuple(name.encode() for name in THREAD_KEYS)
 _MEMO = 4096  # threads whose tag and key names are kept (a function of the id: never stale)
+_FIELD_MEMO = 8192  # value fields kept (a function of namespace, channel, version: never stale)
 
 
 class Layout:
@@ -77,6 +78,7 @@ class Layout:
         self.registry = f"{prefix}:threads".encode()  # sorted set: thread tag -> expiry
         self.written = Written()  # this process' last list values: delta bases, known reads
         self._names: dict[str, tuple[str, tuple[bytes, ...]]] = {}
+        self._fields: dict[tuple[str, str, str], bytes] = {}
 
     def _thread(self, thread_id: str) -> tuple[str, tuple[bytes, ...]]:
         names = self._names.get(thread_id)
@@ -87,6 +89,26 @@ class Layout:
             base = f"{self.prefix}:{{{tag}}}:".encode()
             names = self._names[thread_id] = (tag, tuple(base + name for name in _NAMES))
         return names
+
+    def value_field(self, ns: str, ens: bytes, channel: Any, version: Any) -> bytes:
+        """The field of a channel's value in the ``blobs`` hash: ``ens`` (``ordered(ns)``)
+        + the ordered channel name + :func:`version_part`. A function of its arguments,
+        so kept for text channels and versions (the usual ones).
+
+        Raises:
+            InvalidIdError: the channel name cannot be stored.
+        """
+        if type(channel) is not str or type(version) is not str:
+            name = check_id(channel, "channel name", allow_empty=True)
+            return ens + ordered(name) + version_part(version)
+        key = (ns, channel, version)
+        found = self._fields.get(key)
+        if found is None:
+            name = check_id(channel, "channel name", allow_empty=True)
+            if len(self._fields) >= _FIELD_MEMO:
+                self._fields.clear()
+            found = self._fields[key] = ens + ordered(name) + version_part(version)
+        return found
 
     def keys(self, thread_id: str) -> tuple[bytes, ...]:
         """The keys of one thread, in ``THREAD_KEYS`` order; all share its hash tag."""
@@ -189,8 +211,8 @@ class Record:
     ) -> bytes:
         """The record of a checkpoint: it loads the values in ``load`` and also holds a
         reference on those in ``extra`` (values it wrote but does not load)."""
-        return (
-            pack(
+        return _framed(
+            (
                 run,
                 b"%d" % len(load),
                 b"%d" % len(extra),
@@ -200,16 +222,26 @@ class Record:
                 type_.encode(),
                 codec.encode(),
                 metadata.encode(),
-            )
-            + checkpoint
+            ),
+            checkpoint,
         )
+
+
+def _framed(parts: Sequence[bytes], tail: bytes) -> bytes:
+    """``pack(*parts) + tail`` (:func:`~statekeeper._redis.pack`), in one join: the tail
+    (a payload, the largest part) is copied once."""
+    pieces: list[bytes] = []
+    for part in parts:
+        pieces += (b"%d:" % len(part), part)
+    pieces.append(tail)
+    return b"".join(pieces)
 
 
 def encode_value(ens: bytes, stored: StoredValue) -> bytes:
     """A value as the ``blobs`` hash holds it: type, codec, base field, crc, bytes."""
     base = b"" if stored.base is None else ens + ordered(stored.channel) + ordered(stored.base)
     checksum = b"" if stored.crc is None else b"%d" % stored.crc
-    return pack(stored.type.encode(), stored.codec.encode(), base, checksum) + stored.data
+    return _framed((stored.type.encode(), stored.codec.encode(), base, checksum), stored.data)
 
 
 class Written:
@@ -331,7 +363,7 @@ def pending(writes: list[TaskWrite]) -> list[PendingWrite]:
 
 def encode_write(channel: str, task_path: str, type_: str, codec: str, data: bytes) -> bytes:
     """A pending write as the ``writes`` hash holds it (task id and index are in its field)."""
-    return pack(channel.encode(), task_path.encode(), type_.encode(), codec.encode()) + data
+    return _framed((channel.encode(), task_path.encode(), type_.encode(), codec.encode()), data)
 
 
 def value_chains(items: list[Item]) -> list[list[Any]]:

@@ -44,7 +44,6 @@ from statekeeper.checkpointers._redis_layout import (
     encode_write,
     first,
     swap,
-    version_part,
     version_text,
 )
 from statekeeper.checkpointers._redis_reads import PAGE, SCAN, Reads, _holds
@@ -91,20 +90,12 @@ class Plans(Reads):
         values: dict[str, Any] = stripped.pop("channel_values", None) or {}
         cp_type, cp_codec, cp_data = encode(serde, stripped, compress=self.compress)
         ens = ordered(ns)
-        fields: dict[tuple[str, Any], bytes] = {}  # (channel, version) -> value field
-
-        def value_field(channel: str, version: Any) -> bytes:
-            found = fields.get((channel, version))
-            if found is None:
-                name = check_id(channel, "channel name", allow_empty=True)
-                found = fields[channel, version] = ens + ordered(name) + version_part(version)
-            return found
-
-        load = [value_field(ch, v) for ch, v in checkpoint["channel_versions"].items()]
+        value_field = self.value_field
+        load = [value_field(ns, ens, ch, v) for ch, v in checkpoint["channel_versions"].items()]
         blobs: list[bytes] = []  # per value: field, value, base field, base crc, crc
         planned: dict[int, tuple[tuple[str, str, str], PlannedValue]] = {}
         for channel, version in new_versions.items():
-            value_args = [value_field(channel, version), b"", b"", b"", b""]  # no value
+            value_args = [value_field(ns, ens, channel, version), b"", b"", b"", b""]  # no value
             if channel in values:
                 key = (thread_id, ns, channel)
                 plan = plan_value(
