@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS, CheckpointMetadata
 
+from statekeeper._json import json_equal
 from statekeeper.checkpointers._payload import check_id
 from statekeeper.errors import ConfigurationError, SerializationError
 
@@ -133,19 +134,7 @@ def matches(metadata: dict[str, Any], filter: dict[str, Any]) -> bool:
     Unlike Python's ``==``, ``True`` does not equal ``1`` and ``0`` does not equal ``False``;
     a missing key behaves as ``None`` (as in LangGraph's ``InMemorySaver``).
     """
-    return all(_json_equal(metadata.get(key), value) for key, value in filter.items())
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a is b
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, dict | list | tuple) or isinstance(b, dict | list | tuple):
-        return False
-    return bool(a == b)
+    return all(json_equal(metadata.get(key), value) for key, value in filter.items())
 
 
 def version_key(version: str | int | float) -> str:

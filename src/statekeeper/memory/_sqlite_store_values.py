@@ -12,6 +12,7 @@ from typing import Any
 
 from langgraph.store.base import get_text_at_path, tokenize_path
 
+from statekeeper._json import json_equal
 from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
 from statekeeper.memory.notes import NOTE_KIND
 
@@ -176,14 +177,14 @@ def _meets(actual: Any, expected: Any) -> bool:
             and len(actual) == len(expected)
             and all(_meets(a, e) for a, e in zip(actual, expected, strict=True))
         )
-    return _json_equal(actual, expected)
+    return json_equal(actual, expected)
 
 
 def _apply(actual: Any, op: str, operand: Any) -> bool:
     if op == "$eq":
-        return _json_equal(actual, operand)
+        return json_equal(actual, operand)
     if op == "$ne":
-        return not _json_equal(actual, operand)
+        return not json_equal(actual, operand)
     compare = _ORDER[op]
     if _is_number(actual) and _is_number(operand):
         return compare(actual, operand)
@@ -192,19 +193,6 @@ def _apply(actual: Any, op: str, operand: Any) -> bool:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    # Python's == says True == 1 and (1,) != [1]; JSON says the opposite of both.
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a is b
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, Mapping | list | tuple) or isinstance(b, Mapping | list | tuple):
-        return False
-    return bool(a == b)
 
 
 def _strings(value: Any) -> list[str]:
