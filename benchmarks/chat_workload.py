@@ -1,4 +1,4 @@
-"""Chat workload benchmark: LangGraph's own checkpointers vs statekeeper's SQLite one.
+"""Chat workload benchmark: LangGraph's own checkpointers vs statekeeper's.
 
 The workload is a chat graph (``StateGraph`` over ``messages: Annotated[list[AnyMessage],
 add_messages]``) with one node, ``chatbot``, that appends a deterministic AI reply of about
@@ -13,21 +13,29 @@ measured on a fresh one, all in this one process and interleaved: turn ``n`` of 
 thread runs on every saver (in a rotating order) before turn ``n + 1`` runs on any, and the
 reads alternate the same way, so load from elsewhere on the machine hits all savers alike:
 
-* first 10 / last 10: median ms of one invoke over the first / last 10 turns of every thread;
+* first 10 / all / last 10: median ms of one invoke over the first 10 turns of every
+  thread, over all its turns, over its last 10 turns;
 * get_state: median ms of ~20 ``graph.get_state`` calls on the finished threads;
 * list(10): median ms of ~20 ``saver.list(config, limit=10)`` calls, fully consumed;
 * history: ms to consume ``graph.get_state_history`` of one whole thread, median over threads;
 * bytes: what the saver stores -- for ``InMemorySaver`` the sum of its serialized values,
   for the SQLite savers the database file (plus any ``-wal``) after closing the saver and
-  ``PRAGMA wal_checkpoint(TRUNCATE)``.
+  ``PRAGMA wal_checkpoint(TRUNCATE)``, for the file store its files, for Redis the
+  ``MEMORY USAGE`` of its keys, for ``PostgresSaver`` its tables with indexes and TOAST.
 
-Ratios ours / theirs are printed under the table (< 1 means ours is faster or smaller).
-This is a benchmark, not a test: nothing is asserted about the numbers.
+Two rows give the networked savers a scale: LangGraph's ``PostgresSaver``, its own saver
+over a network (needs the ``dev`` extra, which ``make bench`` installs, and PostgreSQL at
+``$POSTGRES_URL``, default the local server), and the loopback floor, an ``InMemorySaver``
+that makes one bare ``PING`` round trip to Redis per ``get_tuple``, ``put`` and
+``put_writes``: what a turn's six round trips cost before any storage work. Ratios of
+every other row to each LangGraph saver are printed under the table (< 1 means faster or
+smaller). This is a benchmark, not a test: nothing is asserted about the numbers.
 
 Run it with ``make bench`` or::
 
     .venv/bin/python benchmarks/chat_workload.py                  # 3 threads x 200 turns
     .venv/bin/python benchmarks/chat_workload.py --threads 2 --turns 50 --savers memory,ours
+    .venv/bin/python benchmarks/chat_workload.py --savers memory,floor,redis,postgres
     .venv/bin/python benchmarks/chat_workload.py --json           # machine-readable results
 """
 
@@ -36,21 +44,27 @@ import contextlib
 import functools
 import gc
 import json
+import os
 import random
+import socket
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
+from urllib.parse import urlsplit
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 
@@ -166,8 +180,6 @@ def in_memory_bytes(saver: Any) -> int:
 
 @contextmanager
 def open_in_memory(_path: Path) -> Iterator[Store]:
-    from langgraph.checkpoint.memory import InMemorySaver
-
     saver = InMemorySaver()
     yield Store(saver, lambda: in_memory_bytes(saver))
 
@@ -202,18 +214,19 @@ def open_ours_file(path: Path) -> Iterator[Store]:
         yield Store(saver, directory_bytes)
 
 
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
 @contextmanager
 def open_ours_redis(_path: Path) -> Iterator[Store]:
     """On $REDIS_URL (default: the local server) under a fresh key prefix. Bytes: the sum
     of MEMORY USAGE of the prefix's keys when the saver closes; then the keys are deleted."""
-    import os
-    import uuid
-
     import redis
 
     from statekeeper.checkpointers import open_checkpointer
 
-    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    url = redis_url()
     prefix = f"bench-{uuid.uuid4().hex}"
     client = redis.Redis.from_url(url)
     measured: list[int] = []
@@ -228,26 +241,121 @@ def open_ours_redis(_path: Path) -> Iterator[Store]:
         client.close()
 
 
+@contextmanager
+def open_langgraph_postgres(_path: Path) -> Iterator[Store]:
+    """LangGraph's ``PostgresSaver`` on $POSTGRES_URL (default: the local server's
+    ``postgres`` database), connected as LangGraph documents it, in a schema of its own
+    that is dropped afterwards. Bytes: ``pg_total_relation_size`` of its tables (indexes
+    and TOAST included) when the saver closes."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg import Connection, sql
+    from psycopg.rows import dict_row
+
+    url = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    schema = f"bench_{uuid.uuid4().hex}"
+    measured: list[int] = []
+    with Connection.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        try:
+            with Connection.connect(
+                url,
+                autocommit=True,
+                prepare_threshold=0,
+                row_factory=dict_row,
+                options=f"-c search_path={schema}",
+            ) as conn:
+                saver = PostgresSaver(conn)
+                saver.setup()
+                yield Store(saver, lambda: measured[0])
+                row = conn.execute(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS size"
+                    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = %s AND c.relkind = 'r'",
+                    (schema,),
+                ).fetchone()
+                measured.append(int(row["size"]) if row else 0)
+        finally:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+class RoundTripFloor(InMemorySaver):
+    """``InMemorySaver`` plus one bare ``PING`` round trip to Redis, over a raw socket, per
+    ``get_tuple``, ``put`` and ``put_writes``: the cost of a networked saver's round trips
+    alone, before any storage work or client library. Sockets are borrowed from a free
+    list, since LangGraph calls ``put`` from its background threads."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        self._address = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        self._where = f"{self._address[0]}:{self._address[1]}"
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def _round_trip(self) -> None:
+        with self._lock:
+            sock = self._idle.pop() if self._idle else None
+        if sock is None:
+            sock = socket.create_connection(self._address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+        if not sock.recv(64).startswith(b"+PONG"):  # an AUTH-protected server says -NOAUTH
+            raise RuntimeError(f"Redis at {self._where} did not answer PING with PONG")
+        with self._lock:
+            self._idle.append(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            for sock in self._idle:
+                sock.close()
+            self._idle.clear()
+
+    def get_tuple(self, config: Any) -> Any:
+        self._round_trip()
+        return super().get_tuple(config)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        self._round_trip()
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self._round_trip()
+        super().put_writes(*args, **kwargs)
+
+
+@contextmanager
+def open_round_trip_floor(_path: Path) -> Iterator[Store]:
+    """See :class:`RoundTripFloor`. Bytes: what its ``InMemorySaver`` holds."""
+    saver = RoundTripFloor(redis_url())
+    try:
+        yield Store(saver, lambda: in_memory_bytes(saver))
+    finally:
+        saver.close()
+
+
 @dataclass(frozen=True)
 class Backend:
     key: str  # for --savers
     label: str  # for the table
     open: Callable[[Path], AbstractContextManager[Store]]
-    ours: bool = False
+    langgraph: bool = False  # ratios are taken against LangGraph's savers
 
 
 BACKENDS = [
-    Backend("memory", "LangGraph InMemorySaver", open_in_memory),
-    Backend("sqlite", "LangGraph SqliteSaver", open_langgraph_sqlite),
-    Backend("ours", "statekeeper SqliteCheckpointer", open_ours, ours=True),
-    Backend("file", "statekeeper FileCheckpointer", open_ours_file, ours=True),
-    Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis, ours=True),
+    Backend("memory", "LangGraph InMemorySaver", open_in_memory, langgraph=True),
+    Backend("sqlite", "LangGraph SqliteSaver", open_langgraph_sqlite, langgraph=True),
+    Backend("postgres", "LangGraph PostgresSaver", open_langgraph_postgres, langgraph=True),
+    Backend("floor", "loopback floor (InMemorySaver + 1 PING per call)", open_round_trip_floor),
+    Backend("ours", "statekeeper SqliteCheckpointer", open_ours),
+    Backend("file", "statekeeper FileCheckpointer", open_ours_file),
+    Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis),
 ]
 
 # -- measuring ---------------------------------------------------------------------------
 
 COLUMNS = {  # Result field -> table header
     "first_ms": "first 10 turns ms",
+    "all_ms": "all turns ms",
     "last_ms": "last 10 turns ms",
     "get_state_ms": "get_state ms",
     "list_ms": "list(limit=10) ms",
@@ -260,6 +368,7 @@ COLUMNS = {  # Result field -> table header
 class Result:
     saver: str
     first_ms: float | None = None
+    all_ms: float | None = None
     last_ms: float | None = None
     get_state_ms: float | None = None
     list_ms: float | None = None
@@ -365,6 +474,7 @@ def measure(backends: list[Backend], threads: int, turns: int, tmp: Path) -> lis
         for run in runs:
             rows = run.result.turn_ms
             run.result.first_ms = statistics.median(ms for row in rows for ms in row[:edge])
+            run.result.all_ms = statistics.median(ms for row in rows for ms in row)
             run.result.last_ms = statistics.median(ms for row in rows for ms in row[-edge:])
         configs = [thread_config(thread_ids[i % threads]) for i in range(READ_SAMPLES)]
         reads: list[tuple[str, int, Callable[[Run, int], object]]] = [
@@ -404,14 +514,14 @@ def ratios(ours: Result, theirs: Result) -> dict[str, float | None]:
 
 
 def ratio_rows(results: list[tuple[Backend, Result]]) -> dict[str, dict[str, float | None]]:
-    """One row per (statekeeper saver, LangGraph saver) pair that both ran."""
+    """One row per (other saver, LangGraph saver) pair that both ran."""
     ok = [(b, r) for b, r in results if r.error is None]
     return {
         f"{mine.saver} / {theirs.saver}": ratios(mine, theirs)
         for b_mine, mine in ok
-        if b_mine.ours
+        if not b_mine.langgraph
         for b_theirs, theirs in ok
-        if not b_theirs.ours
+        if b_theirs.langgraph
     }
 
 
@@ -439,7 +549,7 @@ def markdown(results: list[tuple[Backend, Result]], threads: int, turns: int) ->
             lines.append(f"| {r.saver} | " + " | ".join(cells) + " |")
     rows = ratio_rows(results)
     if rows:
-        lines += ["", "Ratios (< 1: statekeeper's is faster / smaller):", ""]
+        lines += ["", "Ratios to LangGraph's savers (< 1: faster / smaller than LangGraph's):", ""]
         lines += ["| ratio | " + " | ".join(COLUMNS.values()) + " |"]
         lines += ["|---|" + "---:|" * len(COLUMNS)]
         for name, row in rows.items():

@@ -7,17 +7,23 @@ rotting as the code under them changes.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _run(script: str, *args: str, cwd: Path) -> str:
+def _run(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -42,6 +48,43 @@ def test_chat_workload_runs_every_local_saver(tmp_path: Path) -> None:
     ]
     assert all(r["error"] is None and r["bytes"] > 0 for r in results)
     assert all(r["checkpoints_per_thread"] == 9 for r in results)
+
+
+def _postgres_url() -> str:
+    """$POSTGRES_URL or the local server; skipped off CI when neither answers."""
+    url = os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    parts = urlsplit(url)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), 2).close()
+    except OSError:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"no PostgreSQL answers at {parts.hostname}:{parts.port}")
+    return url
+
+
+def test_chat_workload_runs_the_networked_rows(tmp_path: Path) -> None:
+    from tests.redis_servers import REDIS
+
+    env = {**os.environ, "REDIS_URL": REDIS.standalone(), "POSTGRES_URL": _postgres_url()}
+    out = _run(
+        "chat_workload.py",
+        *("--threads", "1", "--turns", "3", "--savers", "memory,postgres,floor,redis", "--json"),
+        cwd=tmp_path,
+        env=env,
+    )
+    payload = json.loads(out)
+    results = payload["results"]
+    assert [r["saver"] for r in results] == [
+        "LangGraph InMemorySaver",
+        "LangGraph PostgresSaver",
+        "loopback floor (InMemorySaver + 1 PING per call)",
+        "statekeeper RedisCheckpointer",
+    ]
+    assert all(r["error"] is None and r["bytes"] > 0 for r in results)
+    assert all(r["checkpoints_per_thread"] == 9 for r in results)
+    # every row but LangGraph's own is compared with both LangGraph savers
+    assert len(payload["ratios"]) == 4
 
 
 def test_thread_growth_runs(tmp_path: Path) -> None:
