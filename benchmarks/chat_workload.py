@@ -284,6 +284,9 @@ class RoundTripFloor(InMemorySaver):
     alone, before any storage work or client library. Sockets are borrowed from a free
     list, since LangGraph calls ``put`` from its background threads."""
 
+    request = b"*1\r\n$4\r\nPING\r\n"  # what one round trip sends
+    expected = b"+PONG"  # and the reply it waits for
+
     def __init__(self, url: str) -> None:
         super().__init__()
         parts = urlsplit(url)
@@ -299,14 +302,14 @@ class RoundTripFloor(InMemorySaver):
             sock = socket.create_connection(self._address)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            sock.sendall(self.request)
             reply = sock.recv(64)
         except OSError:
             sock.close()
             raise
-        if not reply.startswith(b"+PONG"):  # an AUTH-protected server says -NOAUTH
+        if not reply.startswith(self.expected):  # an AUTH-protected server says -NOAUTH
             sock.close()
-            raise RuntimeError(f"Redis at {self._where} did not answer PING with PONG")
+            raise RuntimeError(f"Redis at {self._where} answered {reply!r}")
         with self._lock:
             self._idle.append(sock)
 

@@ -90,6 +90,26 @@ def test_chat_workload_runs_the_networked_rows(tmp_path: Path) -> None:
     assert len(payload["ratios"]) == 4
 
 
+def test_redis_floor_runs_every_row(tmp_path: Path) -> None:
+    from tests.redis_servers import REDIS
+
+    out = _run(
+        "redis_floor.py",
+        *("--threads", "1", "--turns", "2", "--cpu", "10", "--script", "10"),
+        cwd=tmp_path,
+        env={**os.environ, "REDIS_URL": REDIS.standalone()},
+    )
+    rows = [line.split("|")[1].strip() for line in out.splitlines() if line.startswith("| ")]
+    assert rows[1:] == [
+        "InMemorySaver",
+        "floor",
+        "floor + 10 us CPU",
+        rows[4],  # the script's measured server time varies
+        "RedisCheckpointer",
+    ]
+    assert rows[4].startswith("floor + 10 us script (measured ")
+
+
 def test_thread_growth_runs(tmp_path: Path) -> None:
     out = _run("thread_growth.py", "--sizes", "10", "--samples", "3", cwd=tmp_path)
     assert "file" in out
