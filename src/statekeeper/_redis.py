@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from statekeeper._urls import StorageURL, redact
+from statekeeper._urls import StorageURL, parse_url, redact
 from statekeeper.errors import ConfigurationError, StorageError
 
 try:
@@ -197,6 +197,22 @@ class RedisTarget:
             password=unquote(parts.password) if parts.password is not None else None,
             **options,
         )
+
+    @classmethod
+    def for_component(cls, url: str, prefix: str, opener: str, **options: Any) -> RedisTarget:
+        """The target of a component built from ``url`` and keyword ``options``, with its
+        key ``prefix`` checked. Query options are refused: ``opener`` (e.g.
+        ``"open_store()"``) is what reads them.
+
+        Raises:
+            ConfigurationError: as :meth:`from_url`, or the URL has query options, or
+                :func:`check_prefix` refuses ``prefix``.
+        """
+        parsed = parse_url(url, list(SCHEMES))
+        if parsed.options:
+            raise ConfigurationError(f"pass options as keywords, or open the URL with {opener}")
+        check_prefix(prefix)
+        return cls.from_url(parsed, **options)
 
     def _common(self) -> dict[str, Any]:
         options: dict[str, Any] = {

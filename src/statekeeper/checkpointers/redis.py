@@ -28,9 +28,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._redis import SCHEMES, RedisTarget, check_prefix
+from statekeeper._redis import RedisTarget
 from statekeeper._redis_io import Batch, Cmd, Connection, Op
-from statekeeper._urls import StorageURL, parse_options, parse_url
+from statekeeper._urls import StorageURL, parse_options
 from statekeeper.checkpointers._base import Checkpointer, TaskWrite
 from statekeeper.checkpointers._payload import safe_serde
 from statekeeper.checkpointers._redis_claims import CLAIM_TTL, Claims
@@ -107,12 +107,15 @@ class RedisCheckpointer(Checkpointer):
         ssl_cert_reqs: str = "required",
         claim_ttl: float = CLAIM_TTL,
     ) -> None:
-        parsed = parse_url(url, list(SCHEMES))
-        if parsed.options:
-            raise ConfigurationError(
-                "pass options as keywords, or open the URL with open_checkpointer()"
-            )
-        check_prefix(prefix)
+        self.target = RedisTarget.for_component(
+            url,
+            prefix,
+            "open_checkpointer()",
+            retries=retries,
+            socket_timeout=socket_timeout,
+            ssl_ca_certs=ssl_ca_certs,
+            ssl_cert_reqs=ssl_cert_reqs,
+        )
         if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
             raise ConfigurationError(f"option ttl must be a number of seconds > 0, got {ttl!r}")
         if refresh_on_read and ttl is None:
@@ -124,13 +127,6 @@ class RedisCheckpointer(Checkpointer):
                 f"option claim_ttl must be a number of seconds > 0, got {claim_ttl!r}"
             )
         super().__init__(serde=serde or safe_serde())
-        self.target = RedisTarget.from_url(
-            parsed,
-            retries=retries,
-            socket_timeout=socket_timeout,
-            ssl_ca_certs=ssl_ca_certs,
-            ssl_cert_reqs=ssl_cert_reqs,
-        )
         self.prefix = prefix
         self.ttl = ttl
         ttl_ms = round(ttl * 1000) if ttl else 0

@@ -15,10 +15,10 @@ from typing import Any, Self
 
 from langgraph.store.base import IndexConfig, TTLConfig
 
-from statekeeper._redis import SCHEMES, RedisTarget, check_prefix
+from statekeeper._redis import RedisTarget
 from statekeeper._redis_io import Batch, Cmd, Connection, Eval, Op
-from statekeeper._urls import StorageURL, parse_options, parse_url
-from statekeeper.errors import ConfigurationError, SchemaVersionError, StorageError
+from statekeeper._urls import StorageURL, parse_options
+from statekeeper.errors import SchemaVersionError, StorageError
 from statekeeper.memory import _redis_store_lua as lua
 from statekeeper.memory._store_base import Write
 from statekeeper.memory._store_items import ItemStore, Namespace, StoredItem
@@ -77,12 +77,10 @@ class RedisStore(ItemStore):
         ssl_cert_reqs: str = "required",
     ) -> None:
         super().__init__(index=index, ttl=ttl, semantic_weight=semantic_weight)
-        parsed = parse_url(url, list(SCHEMES))
-        if parsed.options:
-            raise ConfigurationError("pass options as keywords, or open the URL with open_store()")
-        check_prefix(prefix)
-        self.target = RedisTarget.from_url(
-            parsed,
+        self.target = RedisTarget.for_component(
+            url,
+            prefix,
+            "open_store()",
             retries=retries,
             socket_timeout=socket_timeout,
             ssl_ca_certs=ssl_ca_certs,
