@@ -27,6 +27,7 @@ __all__ = [
 Status = Literal["done", "interrupted", "failed", "pending"]
 
 _BRANCH = "branch:to:"  # LangGraph triggers a StateGraph node by writing this channel
+_JOIN = "join:"  # ...or, for a node that waits for several, this barrier channel
 _START = "__start__"
 _TASKS = "__pregel_tasks"  # Send packets waiting to run
 _INTERRUPT = "__interrupt__"
@@ -81,6 +82,7 @@ def pending_nodes(checkpoint: Checkpoint) -> tuple[str, ...]:
         if (node := _triggered_node(channel))
         # a trigger channel holds a value only until its node has consumed it
         and channel in values
+        and _available(channel, values[channel])
         and _newer(version, seen.get(node, {}).get(channel))
     ]
     sends = values.get(_TASKS) or ()
@@ -145,7 +147,24 @@ def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
 def _triggered_node(channel: str) -> str | None:
     if channel == _START:  # the input: its own channel triggers the __start__ node
         return _START
+    if channel.startswith(_JOIN):  # "join:a+b:node", written by add_edge(["a", "b"], node)
+        return channel.rpartition(":")[2] or None
     return channel[len(_BRANCH) :] if channel.startswith(_BRANCH) else None
+
+
+def _available(channel: str, value: Any) -> bool:
+    """Whether a stored trigger channel would trigger its node. A join (LangGraph's
+    ``NamedBarrierValue``) triggers only once every node it waits for has written;
+    it stores the names seen so far, or ``(seen, finished)`` for a deferred node."""
+    if not channel.startswith(_JOIN):
+        return True
+    waits_for = set(channel[len(_JOIN) :].rpartition(":")[0].split("+"))
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], bool):
+        value = value[0]
+    try:
+        return set(value) >= waits_for
+    except TypeError:  # not a collection of names: LangGraph's layout changed; assume work
+        return True
 
 
 def _extends(longer: list[Any], prefix: list[Any]) -> bool:

@@ -26,6 +26,7 @@ from statekeeper.graphs import (
     Runner,
     RunResult,
 )
+from statekeeper.threads import summaries
 from tests.graphs.conftest import V1, V1_INPUT, Modules, checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,6 +119,37 @@ def test_exception_in_a_node_resumes_from_the_last_completed_step(
     # intake ran once: it had completed before the failure
     assert modules.calls() == Counter(intake=1, triage=2, review=2, close=1)
     assert runner.state("t").notes == NOTES_DONE  # type: ignore[union-attr]
+
+
+class _Killed(BaseException):
+    """Stands for the process dying: nothing after it runs, no handler catches it."""
+
+
+def test_resume_continues_a_step_whose_writes_were_saved_but_not_its_checkpoint(
+    runner: Runner, saver: Any, modules: Modules, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process dies after triage's writes are stored and before the checkpoint that
+    # applies them: LangGraph's get_state() then lists no next node, yet the run is not
+    # finished, and invoke(None) would carry on from the stored writes.
+    real_put = saver.put
+
+    def put(config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if metadata.get("step") == 2:  # the checkpoint after triage
+            raise _Killed
+        return real_put(config, checkpoint, metadata, new_versions)
+
+    monkeypatch.setattr(saver, "put", put)
+    with pytest.raises(_Killed):
+        runner.run(modules.write(V1), V1_INPUT, thread_id="t")
+    monkeypatch.setattr(saver, "put", real_put)
+    [summary] = summaries(saver)
+    assert (summary.status, summary.next) == ("pending", ("triage",))
+
+    resumed = runner.resume("t")
+    assert resumed.next == ("review",)
+    assert modules.calls() == Counter(intake=1, triage=1, review=1)  # triage not rerun
+    done = runner.resume("t", answer="yes")
+    assert done.values["notes"] == NOTES_DONE
 
 
 def test_resume_after_the_process_was_killed(tmp_path: Path, modules: Modules) -> None:

@@ -45,6 +45,7 @@ from statekeeper.graphs._checkpoints import (
 from statekeeper.graphs.loading import load_graph, state_saver, state_schema
 from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
 from statekeeper.graphs.state import VersionedState, validate
+from statekeeper.threads import summarize
 
 __all__ = ["NO_ANSWER", "AnswerRequiredError", "NoPendingInterruptError", "Runner"]
 
@@ -140,12 +141,16 @@ class Runner:
             # The graph reads only current state: LangGraph builds the next tasks' input
             # from it, even just to say which tasks are next.
             saved = self._record(graph, ref, self._load(graph, thread_id, None))
-            snapshot = graph.get_state(thread_config(thread_id))
-            if not snapshot.next:
+            # Decided from what is stored, as `statekeeper threads` decides it: a step
+            # whose every task saved its writes before the next checkpoint was written
+            # is unfinished, though LangGraph's snapshot then lists no `next` node.
+            summary = summarize(saved)
+            if summary.status == "done":
                 raise NothingToResumeError(
                     f"thread {thread_id!r} has finished: no task is left to run; fork it "
                     "from an earlier checkpoint to run part of it again"
                 )
+            snapshot = graph.get_state(thread_config(thread_id))
             waiting = _waiting_interrupts(state_saver(graph), saved, snapshot.interrupts)
             if answer is NO_ANSWER:
                 if waiting:
@@ -160,7 +165,7 @@ class Runner:
                 raise NoPendingInterruptError(
                     f"thread {thread_id!r} is not waiting at an interrupt(), so there is "
                     f"nothing to answer; resume it without an answer to run "
-                    f"{', '.join(snapshot.next)}",
+                    f"{', '.join(summary.next)}",
                     thread_id=thread_id,
                 )
             return self._invoke(graph, ref, thread_id, Command(resume=answer))
