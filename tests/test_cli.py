@@ -216,7 +216,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_draws_on_a_terminal_only() -> None:
-    from statekeeper._console import Progress
+    from statekeeper.cli._console import Progress
 
     terminal = _Terminal()
     bar = Progress("copy", terminal)

@@ -141,7 +141,7 @@ def test_importing_statekeeper_does_not_import_redis() -> None:
     ],
 )
 def test_redact_hides_passwords_that_defeat_url_parsing(url: str) -> None:
-    from statekeeper._urls import redact
+    from statekeeper.urls import redact
 
     shown = redact(url)
     assert "hunt" not in shown
@@ -155,7 +155,7 @@ def test_a_bad_redis_url_with_an_unencoded_password_never_echoes_it() -> None:
 
 
 def test_redact_leaves_urls_without_a_password_alone() -> None:
-    from statekeeper._urls import redact
+    from statekeeper.urls import redact
 
     for url in ("redis://127.0.0.1:6379/0", "sqlite:///a@b.db", "redis://user@host:1/0"):
         assert redact(url) == url

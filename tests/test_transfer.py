@@ -37,8 +37,8 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
 
+from statekeeper._storage.payload import safe_serde
 from statekeeper.checkpointers import open_checkpointer
-from statekeeper.checkpointers._payload import safe_serde
 from statekeeper.errors import (
     ConfigurationError,
     SerializationError,

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from statekeeper.checkpointers._deltas import (
+from statekeeper._storage.deltas import (
     MAX_CHAIN,
     RecentPayloads,
     Remembered,
@@ -19,7 +19,7 @@ from statekeeper.checkpointers._deltas import (
     rebuild,
     rebuild_all,
 )
-from statekeeper.checkpointers._payload import safe_serde
+from statekeeper._storage.payload import safe_serde
 from statekeeper.errors import SerializationError
 
 SERDE = safe_serde()

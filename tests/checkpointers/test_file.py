@@ -27,9 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langgraph.checkpoint.base import empty_checkpoint
 
-from statekeeper.checkpointers import FileCheckpointer, open_checkpointer
-from statekeeper.checkpointers._common import next_version
-from statekeeper.checkpointers._file_layout import (
+from statekeeper.backends.file._layout import (
     NAME_LIMIT,
     decode_name,
     encode_name,
@@ -37,7 +35,9 @@ from statekeeper.checkpointers._file_layout import (
     is_hashed,
     value_file_name,
 )
-from statekeeper.checkpointers._file_values import INLINE_LIMIT
+from statekeeper.backends.file._values import INLINE_LIMIT
+from statekeeper.checkpointers import FileCheckpointer, open_checkpointer
+from statekeeper.checkpointers.semantics import next_version
 from statekeeper.errors import (
     ConfigurationError,
     CorruptCheckpointError,
@@ -539,7 +539,7 @@ def test_fallback_returns_the_newest_intact_checkpoint_with_a_warning(
     with FileCheckpointer(root) as strict, pytest.raises(CorruptCheckpointError):
         strict.get_tuple(cfg("t"))
     with FileCheckpointer(root, on_corrupt="fallback") as lenient:
-        with caplog.at_level(logging.WARNING, logger="statekeeper.checkpointers.file"):
+        with caplog.at_level(logging.WARNING, logger="statekeeper.backends.file.checkpointer"):
             latest = lenient.get_tuple(cfg("t"))
         assert latest is not None
         assert latest.config == configs[-2]
@@ -557,7 +557,7 @@ def test_fallback_skips_a_checkpoint_whose_value_is_damaged_but_not_one_asked_fo
     with FileCheckpointer(root, on_corrupt="fallback") as saver:
         configs = _history(saver, 3)  # step 3 has the only blob
         _flip_byte(_value_file(root, configs[-1], "blob", saver))
-        with caplog.at_level(logging.WARNING, logger="statekeeper.checkpointers.file"):
+        with caplog.at_level(logging.WARNING, logger="statekeeper.backends.file.checkpointer"):
             assert saver.get_tuple(cfg("t")).config == configs[-2]  # type: ignore[union-attr]
         assert cp_id(configs[-1]) in caplog.text
         with pytest.raises(CorruptCheckpointError):
@@ -609,7 +609,7 @@ def test_a_damaged_line_in_the_middle_is_named_skipped_or_quarantined(
         with pytest.raises(CorruptCheckpointError, match=cp_id(configs[1])):
             list(strict.list(cfg("t")))
     with FileCheckpointer(root, on_corrupt="fallback") as lenient:
-        with caplog.at_level(logging.WARNING, logger="statekeeper.checkpointers.file"):
+        with caplog.at_level(logging.WARNING, logger="statekeeper.backends.file.checkpointer"):
             listed = [t.config for t in lenient.list(cfg("t"))]
         assert listed == [configs[4], configs[3], configs[2], configs[0]]
         assert "checksum mismatch" in caplog.text
@@ -944,7 +944,7 @@ def test_a_shortened_folder_whose_header_names_another_thread_is_damage(root: Pa
 def test_a_new_directory_is_durable_before_it_is_used(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statekeeper.checkpointers import _file_store
+    from statekeeper.backends.file import _records as _file_store
 
     synced: list[tuple[Path, bool]] = []
     real = _file_store._sync_dir
@@ -961,7 +961,8 @@ def test_a_new_directory_is_durable_before_it_is_used(
 def test_quarantine_flushes_its_copy_before_rewriting_the_checkpoints_file(
     saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statekeeper.checkpointers import _file_index, _file_verify
+    from statekeeper.backends.file import _index as _file_index
+    from statekeeper.backends.file import _verify as _file_verify
 
     configs = _history(saver, 3)
     _flip_byte(_value_file(root, configs[-1], "blob", saver))
@@ -1042,7 +1043,7 @@ def test_stray_files_in_values_and_writes_are_ignored_not_quarantined(
 def test_verify_removes_copies_left_by_a_crash_but_never_one_in_progress(
     saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statekeeper.checkpointers import _file_store
+    from statekeeper.backends.file import _records as _file_store
 
     configs = _history(saver, 3)  # step 3 stores a blob: a file to link
     seen: list[list[str]] = []

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from statekeeper._redis import pack
-from statekeeper.checkpointers._common import dump_metadata
-from statekeeper.checkpointers._deltas import RecentPayloads, plan_value
-from statekeeper.checkpointers._payload import _scan, check_id, encode, safe_serde
-from statekeeper.checkpointers._redis_layout import Layout, _framed, version_part
+from statekeeper._storage.deltas import RecentPayloads, plan_value
+from statekeeper._storage.payload import _scan, check_id, encode, safe_serde
+from statekeeper.backends.redis._client import pack
+from statekeeper.backends.redis._layout import Layout, _framed, version_part
+from statekeeper.checkpointers.semantics import dump_metadata
 from statekeeper.errors import InvalidIdError, SerializationError
 
 SERDE = safe_serde()

@@ -27,8 +27,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
+from statekeeper.backends.redis._layout import Record, swap
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
-from statekeeper.checkpointers._redis_layout import Record, swap
 from statekeeper.errors import (
     ConfigurationError,
     SchemaVersionError,
@@ -201,8 +201,8 @@ def test_errors_and_repr_name_the_server_but_never_the_password() -> None:
 
 
 def test_the_target_and_connection_never_show_the_password_in_reprs() -> None:
-    from statekeeper._redis import RedisTarget
-    from statekeeper._urls import parse_url
+    from statekeeper.backends.redis._client import RedisTarget
+    from statekeeper.urls import parse_url
 
     raw = "redis://app:hunter2@127.0.0.1:6379/0"
     target = RedisTarget.from_url(parse_url(raw, ["redis"]))
@@ -441,7 +441,7 @@ def _interrupt_copy_before(
 ) -> list[int]:
     """Make ``copy_thread`` call ``action()`` right before it copies the source key ending
     in ``name``, the first ``times`` times; returns how often it was called."""
-    from statekeeper.checkpointers._redis_writes import Plans
+    from statekeeper.backends.redis._writes import Plans
 
     stage = Plans._stage
     calls: list[int] = []
@@ -720,7 +720,7 @@ def check_renewal_and_loss(a: Any, b: Any, client: Any, caplog: pytest.LogCaptur
         time.sleep(0.4)
     assert client.get(a._plans.claim_key("t")) == other.encode()  # the release left it alone
     (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert record.name == "statekeeper.checkpointers.redis"
+    assert record.name == "statekeeper.backends.redis.checkpointer"
     assert "lost the claim on thread 't'" in record.getMessage()
     assert "elsewhere" in record.getMessage()
     assert "'x'" not in record.getMessage()
@@ -822,7 +822,7 @@ def expected_values(step: int) -> dict[str, Any]:
 def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     """Every listed checkpoint loads completely, the indexes agree, and every stored value
     is referenced exactly as often as records and deltas reference it."""
-    from statekeeper.checkpointers._redis_layout import Record as _Record
+    from statekeeper.backends.redis._layout import Record as _Record
 
     ids, ns, cp, blobs, refs, *_ = saver._plans.keys(thread_id)
     records = client.hgetall(cp)
@@ -947,7 +947,7 @@ def test_encrypted_serde_leaves_no_plaintext_in_redis(url: str, client: redis.Re
 def test_pickled_payloads_are_refused(url: str, client: redis.Redis) -> None:
     import pickle
 
-    from statekeeper._redis import pack
+    from statekeeper.backends.redis._client import pack
 
     with open_checkpointer(url) as saver:
         stored = put(saver, "t", {"a": "x"})

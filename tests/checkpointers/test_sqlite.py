@@ -24,9 +24,9 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
 
-from statekeeper._sqlite import Database
-from statekeeper.checkpointers._payload import encode, safe_serde
-from statekeeper.checkpointers.sqlite import MIGRATIONS, SqliteCheckpointer
+from statekeeper._storage.payload import encode, safe_serde
+from statekeeper.backends.sqlite._database import Database
+from statekeeper.backends.sqlite.checkpointer import MIGRATIONS, SqliteCheckpointer
 from statekeeper.errors import SchemaVersionError, SerializationError, StorageError
 
 LATEST = MIGRATIONS[-1].version
@@ -457,7 +457,7 @@ def test_a_corrupt_delta_is_detected_not_returned(tmp_path: Path) -> None:
 
 
 def test_listing_a_history_rebuilds_each_version_once(tmp_path: Path, monkeypatch) -> None:
-    from statekeeper.checkpointers import _deltas
+    from statekeeper._storage import deltas as _deltas
 
     calls: list[int] = []
     original = _deltas.apply_delta

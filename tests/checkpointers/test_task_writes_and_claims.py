@@ -27,7 +27,7 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, SCHEDULED
 from langgraph.types import Interrupt
 
 from statekeeper.checkpointers import open_checkpointer
-from statekeeper.checkpointers._base import TaskWrite
+from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.errors import ConfigurationError, InvalidIdError, ThreadBusyError
 from tests.checkpointers.test_contract import ODD_IDS, cfg, cp_id, put, strict, writes_of
 from tests.conftest import Backend

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from statekeeper.errors import ConfigurationError, SerializationError
-from statekeeper.memory._eval_baseline import BM25Index, tokenize
-from statekeeper.memory._eval_dataset import load_dataset, parse_dataset
-from statekeeper.memory._eval_metrics import (
+from statekeeper.memory.eval._baseline import BM25Index, tokenize
+from statekeeper.memory.eval._dataset import load_dataset, parse_dataset
+from statekeeper.memory.eval._metrics import (
     Outcome,
     aggregate,
     hit_at,

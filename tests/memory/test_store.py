@@ -28,8 +28,8 @@ from langgraph.store.base import (
 )
 
 from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
-from statekeeper.memory import _store_base
 from statekeeper.memory.store import MemoryStore, known_store_schemes, open_store
+from statekeeper.memory.store import base as _store_base
 from tests.memory.conftest import ANA, QUERIES, StoreBackend, put_corpus
 
 NS = ("docs", "u1")

@@ -1,8 +1,9 @@
 """Checkpointers: LangGraph ``BaseCheckpointSaver`` implementations chosen by URL.
 
 >>> from statekeeper.checkpointers import open_checkpointer
->>> with open_checkpointer("sqlite:///.statekeeper/state.db") as saver:  # doctest: +SKIP
-...     graph = builder.compile(checkpointer=saver)
+>>> with open_checkpointer("memory://") as saver:
+...     saver.get_tuple({"configurable": {"thread_id": "nobody"}}) is None
+True
 
 Every backend serves both the sync and the async API from one object, is a context
 manager, and has ``close()``. Backends are imported lazily, so an optional driver (such as
@@ -11,92 +12,33 @@ manager, and has ``close()``. Backends are imported lazily, so an optional drive
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from statekeeper._urls import StorageURL, parse_url
-from statekeeper.errors import ConfigurationError
+from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.urls import backend_class, parse_url, schemes
 
 if TYPE_CHECKING:
-    from statekeeper.checkpointers.file import FileCheckpointer
-    from statekeeper.checkpointers.redis import RedisCheckpointer
-    from statekeeper.checkpointers.sqlite import SqliteCheckpointer
+    from statekeeper.backends.file.checkpointer import FileCheckpointer
+    from statekeeper.backends.redis.checkpointer import RedisCheckpointer
+    from statekeeper.backends.sqlite.checkpointer import SqliteCheckpointer
 
 __all__ = [
+    "Checkpointer",
     "FileCheckpointer",
     "RedisCheckpointer",
     "SqliteCheckpointer",
+    "TaskWrite",
     "known_schemes",
     "open_checkpointer",
 ]
 
 
-def _open_memory(url: StorageURL, options: dict[str, Any]) -> SqliteCheckpointer:
-    from statekeeper.checkpointers.sqlite import SqliteCheckpointer
-
-    if url.netloc or url.path not in ("", "/"):
-        raise ConfigurationError(
-            f"memory:// takes no host or path, got {url.raw!r}; write just 'memory://'"
-        )
-    return SqliteCheckpointer.from_url_options(":memory:", url.options, options)
-
-
-def _open_sqlite(url: StorageURL, options: dict[str, Any]) -> SqliteCheckpointer:
-    from statekeeper.checkpointers.sqlite import SqliteCheckpointer
-
-    if url.netloc:
-        raise ConfigurationError(
-            f"sqlite URLs have no host: {url.raw!r}; write sqlite:///relative/path.db "
-            "or sqlite:////absolute/path.db"
-        )
-    # sqlite:///state.db -> "state.db" (relative); sqlite:////var/state.db -> "/var/state.db"
-    path = url.path[1:] if url.path.startswith("/") else url.path
-    if not path:
-        raise ConfigurationError(
-            f"sqlite URL {url.raw!r} names no file; write sqlite:///path/to/file.db "
-            "(or memory:// for a database that lives only in this process)"
-        )
-    return SqliteCheckpointer.from_url_options(path, url.options, options)
-
-
-def _open_file(url: StorageURL, options: dict[str, Any]) -> FileCheckpointer:
-    from statekeeper.checkpointers.file import FileCheckpointer
-
-    forms = "write file:///absolute/dir or file://./relative/dir"
-    if url.netloc not in ("", "."):
-        raise ConfigurationError(f"file URLs have no host: {url.raw!r}; {forms}")
-    # file:///var/state -> "/var/state"; file://./state -> "./state" (relative to the cwd)
-    path = "." + url.path if url.netloc == "." else url.path
-    if path in ("", "/"):
-        raise ConfigurationError(f"file URL {url.raw!r} names no directory; {forms}")
-    return FileCheckpointer.from_url_options(path, url.options, options)
-
-
-def _open_redis(url: StorageURL, options: dict[str, Any]) -> RedisCheckpointer:
-    # Importing the module imports redis; without it, a ConfigurationError says what to install.
-    from statekeeper.checkpointers.redis import RedisCheckpointer
-
-    return RedisCheckpointer.from_url_options(url, options)
-
-
-# scheme -> opener: one entry per URL scheme; each imports its backend on first use.
-_OPENERS: dict[str, Callable[[StorageURL, dict[str, Any]], Any]] = {
-    "memory": _open_memory,
-    "sqlite": _open_sqlite,
-    "file": _open_file,
-    "redis": _open_redis,
-    "rediss": _open_redis,
-    "redis+cluster": _open_redis,
-    "rediss+cluster": _open_redis,
-}
-
-
 def known_schemes() -> list[str]:
     """The URL schemes :func:`open_checkpointer` accepts, e.g. ``["memory", "sqlite"]``."""
-    return list(_OPENERS)
+    return schemes("checkpointer")
 
 
-def open_checkpointer(url: str, **options: Any) -> Any:
+def open_checkpointer(url: str, **options: Any) -> Checkpointer:
     """Open the checkpointer that ``url`` names.
 
     Schemes:
@@ -119,21 +61,15 @@ def open_checkpointer(url: str, **options: Any) -> Any:
         StorageError: the storage cannot be opened.
     """
     parsed = parse_url(url, known_schemes())
-    return _OPENERS[parsed.scheme](parsed, options)
+    opened: Checkpointer = backend_class("checkpointer", scheme=parsed.scheme).from_url(
+        parsed, options
+    )
+    return opened
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy class exports keep `import statekeeper.checkpointers` free of backend imports.
-    if name == "SqliteCheckpointer":
-        from statekeeper.checkpointers.sqlite import SqliteCheckpointer
-
-        return SqliteCheckpointer
-    if name == "FileCheckpointer":
-        from statekeeper.checkpointers.file import FileCheckpointer
-
-        return FileCheckpointer
-    if name == "RedisCheckpointer":
-        from statekeeper.checkpointers.redis import RedisCheckpointer
-
-        return RedisCheckpointer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Backend classes load on first use: `import statekeeper.checkpointers` imports no driver.
+    try:
+        return backend_class("checkpointer", name=name)
+    except LookupError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -30,8 +30,8 @@ from langgraph.pregel._task_status import read_task_statuses
 from langgraph.types import Interrupt
 from pydantic import BaseModel
 
-from statekeeper._transfer_source import new_versions, write_calls
-from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.checkpointers.base import Checkpointer
+from statekeeper.transfer.records import new_versions, write_calls
 
 __all__ = [
     "FORKED_FROM_KEY",

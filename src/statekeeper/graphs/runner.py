@@ -18,7 +18,7 @@ from langgraph.pregel import Pregel
 from langgraph.types import Command, Interrupt
 from pydantic import BaseModel
 
-from statekeeper.checkpointers._base import Checkpointer
+from statekeeper.checkpointers.base import Checkpointer
 from statekeeper.errors import (
     AnswerRequiredError,
     ConfigurationError,

@@ -23,9 +23,9 @@ from langgraph.store.base import BaseStore, Item
 
 from statekeeper.errors import ConfigurationError, SerializationError
 from statekeeper.memory._lexical import score_texts
-from statekeeper.memory._sqlite_store_values import indexed_texts
 from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
 from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
+from statekeeper.memory.store.values import indexed_texts
 
 __all__ = ["DEFAULT_MIN_SCORE", "Clock", "Hit", "recall"]
 

@@ -1,0 +1,439 @@
+"""``FileCheckpointer``: every thread in plain files under one directory, standard library only.
+
+The layout (``docs/file-backend.md``; sketched in :mod:`._file_store`) is a folder per
+(thread, namespace) holding a ``checkpoints`` log — one line of readable JSON per
+checkpoint, sorted by id, with the values of the versions it created (later checkpoints
+refer to them there) — a ``writes`` log, one line per ``put_writes``, and a ``values/``
+folder for values too large to inline, one checksummed file per (channel, version).
+
+Guarantees:
+
+* Crash safety: a checkpoint exists once its line is appended and flushed, after the
+  files of its large values are durable; a ``put_writes`` once its line is. A torn last
+  line is ignored. Every other change writes a temporary file, flushes it and renames it
+  into place. A process killed at any instant leaves the old state or the new one.
+* Integrity: every line and file carries a SHA-256 of its content. A truncated, altered or
+  missing file is detected on load and raises :class:`CorruptCheckpointError` naming the
+  thread, checkpoint and file; ``on_corrupt="fallback"`` instead logs a warning and
+  returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists damage and
+  can move it into ``quarantine/``; nothing damaged is ever deleted.
+* Concurrency: writers of one thread queue on that thread's ``fcntl.flock`` (POSIX only),
+  in this process and others — ``put`` on one lock, ``put_writes`` on another, so a task's
+  writes are stored while the next checkpoint is; readers take no lock and see only
+  committed checkpoints.
+* Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
+  ``checkpoints`` file and bisect the logs for values stored by earlier checkpoints and
+  for pending writes, so they cost about the same for ten checkpoints or ten thousand. A
+  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import heapq
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper._storage.claims import LockFileClaims
+from statekeeper._storage.deltas import RecentPayloads
+from statekeeper._storage.payload import check_id, encode, safe_serde
+from statekeeper.backends.file import directory_path
+from statekeeper.backends.file._index import Entry, make_entry
+from statekeeper.backends.file._namespace import (
+    Namespace,
+    reporting,
+    short,
+)
+from statekeeper.backends.file._prune import drop_runs, keep_latest
+from statekeeper.backends.file._reads import delta_history, load, task_writes
+from statekeeper.backends.file._records import CLAIMS_DIR, Store
+from statekeeper.backends.file._values import (
+    Memo,
+    check_versions,
+    place_values,
+    plan_values,
+)
+from statekeeper.backends.file._verify import CorruptFile, verify
+from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.semantics import (
+    before_id,
+    checkpoint_config,
+    dump_metadata,
+    list_scope,
+    location,
+    merged_metadata,
+)
+from statekeeper.errors import (
+    ConfigurationError,
+    StorageError,
+    ThreadExistsError,
+)
+from statekeeper.urls import StorageURL, parse_options
+
+__all__ = ["ON_CORRUPT", "CorruptFile", "FileCheckpointer"]
+
+ON_CORRUPT = ("raise", "fallback")
+_OPTIONS: dict[str, type] = {
+    "compress": bool,
+    "on_corrupt": str,
+    "lock_timeout": float,
+    "fsync": bool,
+    "serde": object,
+}
+CorruptFiles = list[CorruptFile]
+TaskWrites = list[TaskWrite]
+
+
+class FileCheckpointer(Checkpointer):
+    """A LangGraph checkpointer keeping everything in plain files under ``path``.
+
+    Args:
+        path: the directory; created if missing. An existing non-empty directory must
+            already be a statekeeper file store (it holds ``statekeeper.json``).
+        serde: the serializer for every payload (default: :func:`safe_serde`).
+        compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
+            stored file is damaged; ``"fallback"`` logs a warning on the
+            ``statekeeper.backends.file.checkpointer`` logger and skips it, so ``get_tuple``
+            returns the newest intact checkpoint and ``list`` the intact ones. A
+            checkpoint asked for by id is never substituted: it loads or raises.
+        lock_timeout: seconds a writer waits for a thread's lock (held by another
+            process, or another thread of this one).
+        fsync: flush every write to disk before it counts, so a committed checkpoint
+            survives a power loss (the default). ``False`` keeps every write atomic — a
+            killed process still leaves the old or the new checkpoint — but a power loss
+            may lose the last checkpoints, or damage files (their checksums tell).
+
+    Each ``put``, ``put_writes``, ``copy_thread``, ``prune`` and ``delete_*`` is atomic
+    per namespace: a failed call leaves what was stored before. Payloads are never pickled.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        serde: SerializerProtocol | None = None,
+        compress: bool = True,
+        on_corrupt: str = "raise",
+        lock_timeout: float = 30.0,
+        fsync: bool = True,
+    ) -> None:
+        super().__init__(serde=serde or safe_serde())
+        if on_corrupt not in ON_CORRUPT:
+            raise ConfigurationError(
+                f"on_corrupt must be one of {', '.join(ON_CORRUPT)}, got {on_corrupt!r}"
+            )
+        if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
+            raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
+        self.compress = compress
+        self.on_corrupt = on_corrupt
+        root = Path(path).expanduser()
+        self._store = Store(
+            root, float(lock_timeout), lenient=on_corrupt == "fallback", durable=fsync
+        )
+        self._closed = False
+        # the last list written per (thread, namespace, channel): what a delta builds on
+        self._recent = RecentPayloads()
+        self._claims = LockFileClaims(root / CLAIMS_DIR)
+
+    @classmethod
+    def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
+        """Open the directory a ``file://`` URL names, with its query options (text) and
+        keyword ``options``; keywords win."""
+        return cls(directory_path(url), **parse_options("file", _OPTIONS, url.options, options))
+
+    @property
+    def path(self) -> str:
+        """The directory, as given (a relative path stays relative)."""
+        return str(self._store.root)
+
+    def close(self) -> None:
+        """Mark the checkpointer closed (it holds no open file between calls).
+        Idempotent; later calls raise StorageError."""
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
+
+    def _open_store(self) -> Store:
+        if self._closed:
+            raise StorageError(f"the file checkpointer on {self.path!r} is closed; open a new one")
+        return self._store
+
+    # -- reading -----------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names, or the newest of its thread and namespace when
+        it names none; ``None`` when there is none."""
+        thread_id, ns, checkpoint_id = location(config)
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        if checkpoint_id is not None:
+            found = next(store.newest(n, None, checkpoint_id), None)
+            return (
+                None
+                if found is None
+                else load(self.serde, store, n, found, self._recent, may_skip=False)
+            )
+        for entry in store.newest(n, None):
+            if (
+                loaded := load(self.serde, store, n, entry, self._recent, may_skip=True)
+            ) is not None:
+                return loaded
+        return None
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first (by checkpoint id, then thread and namespace, across
+        threads when ``config`` is ``None``), whose metadata equals ``filter`` on every
+        key, strictly older than ``before``; at most ``limit``. Indexes are read from the
+        end in pages, so the first items come without reading a whole history."""
+        if limit is not None and limit <= 0:
+            return
+        thread_id, ns, checkpoint_id = list_scope(config)
+        below = before_id(before)
+        store = self._open_store()
+
+        first_page = min(limit or 16, 16)
+
+        memos: dict[Namespace, Memo] = {}  # payloads rebuilt from deltas, per namespace
+        seen: dict[Namespace, dict[str, Entry]] = {}  # lines read, per namespace
+
+        def stream(n: Namespace) -> Iterator[tuple[tuple[str, str, str], Namespace, Entry]]:
+            lines = seen.setdefault(n, {})
+            for entry in store.newest(n, below, checkpoint_id, page=first_page, seen=lines):
+                yield (entry.checkpoint_id, n.thread_id, n.ns), n, entry
+
+        remaining = limit
+        streams = map(stream, store.scope(thread_id, ns))
+        merged = heapq.merge(*streams, key=lambda item: item[0], reverse=True)
+        for _, n, entry in merged:
+            memo = memos.setdefault(n, {})
+            loaded = load(
+                self.serde,
+                store,
+                n,
+                entry,
+                self._recent,
+                may_skip=True,
+                filter=filter,
+                memo=memo,
+                seen=seen[n],
+            )
+            if loaded is None:
+                continue
+            yield loaded
+            if remaining is not None:
+                remaining -= 1
+                if remaining == 0:
+                    return
+
+    def get_writes(self, config: RunnableConfig) -> TaskWrites:
+        """See :meth:`Checkpointer.get_writes`: the writes ``get_tuple`` returns, with their
+        ``task_path``. ConfigurationError without a ``checkpoint_id``; a damaged writes
+        file raises CorruptCheckpointError."""
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("get_writes needs a checkpoint_id in the config")
+        n = self._open_store().namespace(thread_id, ns)
+        with reporting(n, checkpoint_id):
+            return task_writes(self.serde, n.write_rows(checkpoint_id))
+
+    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """Claim ``thread_id`` for one run (see :meth:`Checkpointer.claim_thread`): a
+        lock file in ``claims/`` under the directory, shared by every process using it."""
+        self._open_store()
+        return self._claims.claim(check_id(thread_id, "thread_id"))
+
+    # -- writing -----------------------------------------------------------------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` as a child of the checkpoint ``config`` names, writing the
+        values of the channels in ``new_versions`` only. Atomic: the checkpoint exists
+        once its line (holding its small values) is appended and flushed, after the
+        files of its large values are durable."""
+        thread_id, ns, parent_id = location(config)
+        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
+        stripped: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
+        plans = plan_values(
+            self.serde, (thread_id, ns), new_versions, values, self._recent, self.compress
+        )
+        stored_metadata = merged_metadata(config, metadata)
+        dump_metadata(stored_metadata)  # SerializationError unless it is JSON
+        versions = {
+            check_id(ch, "channel name", allow_empty=True): version
+            for ch, version in checkpoint["channel_versions"].items()
+        }
+        check_versions(versions, {ch: version for ch, (version, _) in plans.items()})
+        type_, codec, body = encode(self.serde, stripped, compress=self.compress)
+        run_id = stored_metadata.get("run_id")
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        with store.checkpoints_lock(thread_id):
+            store.ensure(n)
+            with reporting(n, checkpoint_id), store.index(n, writable=True) as view:
+                placed = place_values(n, view, checkpoint_id, parent_id, versions, plans)
+                entry = make_entry(
+                    {
+                        "checkpoint_id": checkpoint_id,
+                        "parent_checkpoint_id": parent_id,
+                        "run_id": run_id if isinstance(run_id, str) else None,
+                        "metadata": stored_metadata,
+                        "channel_versions": versions,
+                        "values": placed.values,  # channel -> the line holding its value
+                        "stored": placed.stored,  # the values this checkpoint created
+                        "type": type_,
+                        "codec": codec,
+                        "checkpoint": base64.b64encode(body).decode("ascii"),
+                    }
+                )
+                store.commit(n, view, entry)
+        for channel, remembered in placed.remember.items():  # only now: it is committed
+            self._recent.put((thread_id, ns, channel), remembered)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
+        a regular write already stored for (task, index) is kept; the special channels
+        (``__error__``, ``__interrupt__``, ...) are replaced by the newest write. Atomic:
+        one appended, flushed line stores the whole call. A damaged writes line of this
+        checkpoint raises CorruptCheckpointError and nothing is added. Runs under the
+        thread's writes lock, not the lock ``put`` holds."""
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
+        task_id = check_id(task_id, "task_id", allow_empty=True)
+        task_path = check_id(task_path, "task_path", allow_empty=True)
+        rows = [
+            (
+                task_id,
+                WRITES_IDX_MAP.get(channel, idx),
+                check_id(channel, "channel name", allow_empty=True),
+                task_path,
+                *encode(self.serde, value, compress=self.compress),
+            )
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        while True:
+            if not n.index.exists():  # the folders are created under the checkpoints lock
+                with store.checkpoints_lock(thread_id):
+                    store.ensure(n)
+            with store.writes_lock(thread_id):
+                if n.index.exists():  # else the thread was deleted meanwhile: create it again
+                    with reporting(n, checkpoint_id):
+                        n.merge_writes(checkpoint_id, rows)
+                    return
+
+    # -- thread maintenance ------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces):
+        one rename makes the whole thread disappear at once."""
+        thread_id = check_id(thread_id, "thread_id")
+        store = self._open_store()
+        with store.lock(thread_id):
+            store.remove_thread(thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) created by any of ``run_ids``, in every
+        thread and namespace; values no remaining checkpoint uses are deleted too."""
+        ids = {check_id(run_id, "run_id") for run_id in run_ids}
+        if not ids:
+            return
+        store = self._open_store()
+        for thread_id in store.thread_ids():
+            with store.lock(thread_id):
+                for n in store.namespaces(thread_id):
+                    drop_runs(store, n, ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint (all namespaces), value and write of the source thread
+        to the target thread, keeping checkpoint ids; published with one rename.
+
+        Raises:
+            ThreadExistsError: the target thread already has checkpoints (nothing is
+                changed; delete it first or pick another id).
+        """
+        source = check_id(source_thread_id, "source thread_id")
+        target = check_id(target_thread_id, "target thread_id")
+        store = self._open_store()
+        with store.lock(source, target):
+            if store.has_checkpoints(target):
+                raise ThreadExistsError(
+                    f"cannot copy thread {short(source)} into {short(target)}: the target "
+                    "already has checkpoints; delete it first or choose a new thread id"
+                )
+            with reporting(store.namespace(source, "")):
+                store.copy_thread(source, target)
+
+    def _keep_latest(self, ids: Sequence[str]) -> None:
+        store = self._open_store()
+        for thread_id in ids:
+            with store.lock(thread_id):
+                for n in store.namespaces(thread_id):
+                    keep_latest(store, n)
+
+    # -- DeltaChannel support ------------------------------------------------------------
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel: the writes on the target's ancestor path (oldest first, each
+        checkpoint's in ``writes_sort_key`` order) back to the nearest ancestor holding a
+        value, which is the ``seed``. Follows parent ids through the ``checkpoints`` file
+        (bisecting it once per ancestor), reading only the writes and seeds it needs."""
+        if not channels:
+            return {}
+        thread_id, ns, checkpoint_id = location(config)
+        store = self._open_store()
+        n = store.namespace(thread_id, ns)
+        return delta_history(self.serde, store, n, checkpoint_id, channels)
+
+    # -- integrity -----------------------------------------------------------------------
+
+    def verify(self, *, quarantine: bool = False) -> CorruptFiles:
+        """Check every stored file; return the damaged ones as :class:`CorruptFile`
+        (path, reason, and the thread, namespace and checkpoint they belong to).
+
+        With ``quarantine=True``, move them into ``quarantine/<timestamp>/`` under the
+        directory, and rewrite each ``checkpoints`` file without its damaged lines and the
+        checkpoints that need a damaged file (the old file is kept in quarantine), so that
+        every checkpoint left loads. Nothing is deleted, except temporary files that
+        interrupted writes left (they never held a committed checkpoint) and the folders
+        interrupted deletes and copies left in ``trash/``.
+        """
+        return verify(self._open_store(), quarantine=quarantine)

@@ -1,0 +1,273 @@
+"""Redis plumbing shared by every statekeeper component that stores data in Redis.
+
+* :class:`RedisTarget` turns a ``redis://``, ``rediss://``, ``redis+cluster://`` or
+  ``rediss+cluster://`` URL into clients: synchronous and asyncio, standalone or Cluster,
+  with retries and exponential backoff on dropped connections and timeouts, and turns
+  driver errors into :class:`~statekeeper.errors.StorageError` naming the URL (with its
+  password redacted), the driver's exception chained as ``__cause__``.
+* Key encoding: :func:`tag` makes any id safe inside a key and its hash tag, and
+  :func:`ordered` makes ids sortable and concatenable inside members and fields;
+  :func:`pack` frames byte strings simply enough for Lua scripts to read them.
+
+:mod:`statekeeper.backends.redis._io` runs operations over these clients. Only the Redis modules
+import these modules, and importing them is what imports ``redis``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.cluster
+import redis.exceptions
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from statekeeper.errors import ConfigurationError, StorageError
+from statekeeper.urls import StorageURL, parse_url, redact
+
+__all__ = [
+    "DRIVER_ERRORS",
+    "SCHEMES",
+    "RedisTarget",
+    "check_prefix",
+    "ordered",
+    "pack",
+    "split_ordered",
+    "tag",
+    "unpack",
+    "untag",
+]
+
+SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+# no braces (hash tags) and no glob characters, so a prefix never changes a key's slot
+# and a pattern built from it matches only its own keys
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
+DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+_BACKOFF = {"base": 0.05, "cap": 1.0}  # waits base * 2**failures: 0.1, 0.2, 0.4, 0.8, 1, 1 s...
+_CERT_REQS = ("none", "optional", "required")
+
+# -- keys ------------------------------------------------------------------------------------
+
+
+def tag(ident: str) -> str:
+    """``ident`` percent-encoded (UTF-8; only ``A-Z a-z 0-9 _ . - ~`` kept), for use inside
+    a key's ``{hash tag}``: never contains ``{ } : * ? [ ]``, spaces or control characters,
+    and distinct ids always give distinct tags."""
+    return quote(ident, safe="")
+
+
+def untag(text: str | bytes) -> str:
+    """Inverse of :func:`tag`."""
+    if isinstance(text, bytes):
+        text = text.decode("ascii")
+    return unquote(text, errors="strict")
+
+
+_END = b"\x00\x01"
+
+
+def ordered(text: str) -> bytes:
+    """``text`` as UTF-8 with NUL escaped (``00`` -> ``00 ff``) and ``00 01`` appended.
+
+    Byte order of the result is the order of the text, and a concatenation of encoded
+    parts sorts like the tuple of the parts, so tuples can be Redis sorted-set members
+    (``ZRANGE ... BYLEX``) and hash fields, and be split again (:func:`split_ordered`)."""
+    return text.encode("utf-8").replace(b"\x00", b"\x00\xff") + _END
+
+
+def split_ordered(data: bytes) -> list[str]:
+    """The parts of a concatenation of :func:`ordered` parts (plus any unencoded tail)."""
+    return [part.replace(b"\x00\xff", b"\x00").decode("utf-8") for part in data.split(_END)]
+
+
+def pack(*parts: bytes) -> bytes:
+    """Length-prefixed parts (``b"3:abc0:"``): simple enough for Lua to read too."""
+    return b"".join(b"%d:%s" % (len(part), part) for part in parts)
+
+
+def unpack(data: bytes, count: int) -> tuple[list[bytes], bytes]:
+    """The first ``count`` parts of :func:`pack` output, and the bytes after them."""
+    parts: list[bytes] = []
+    pos = 0
+    for _ in range(count):
+        colon = data.index(b":", pos)
+        end = colon + 1 + int(data[pos:colon])
+        parts.append(data[colon + 1 : end])
+        pos = end
+    return parts, data[pos:]
+
+
+# -- targets ---------------------------------------------------------------------------------
+
+
+def check_prefix(prefix: object) -> str:
+    """``prefix`` when it is a valid key prefix.
+
+    Raises:
+        ConfigurationError: it is not 1-128 letters, digits and ``_ . : / @ + = -``
+            starting with a letter or digit.
+    """
+    if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+        raise ConfigurationError(
+            f"bad Redis key prefix {prefix!r}: use 1-128 letters, digits and _ . : / @ + = -"
+            ", starting with a letter or digit"
+        )
+    return prefix
+
+
+@dataclass(frozen=True)
+class RedisTarget:
+    """Where a Redis URL points and how to talk to it (no connection is made here)."""
+
+    url: str  # redacted: safe for messages
+    host: str
+    port: int
+    db: int
+    cluster: bool
+    tls: bool
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)  # never shown
+    socket_timeout: float = 10.0
+    retries: int = 5
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: str = "required"
+
+    @classmethod
+    def from_url(cls, url: StorageURL, **options: Any) -> RedisTarget:
+        """Parse ``redis://[[user]:password@]host[:port][/db]`` (and the TLS and Cluster
+        schemes). ``options`` are the connection options of this class.
+
+        Raises:
+            ConfigurationError: no host, a bad port or database number, a database other
+                than 0 for a Cluster, a bad option value, or a scheme not for Redis.
+        """
+        shown = redact(url.raw)
+        if url.scheme not in SCHEMES:
+            raise ConfigurationError(f"{shown!r} is not a Redis URL")
+        parts = urlsplit(url.raw)
+        try:
+            port = parts.port or 6379
+        except ValueError:
+            raise ConfigurationError(f"bad port in Redis URL {shown!r}") from None
+        if not parts.hostname:
+            raise ConfigurationError(
+                f"Redis URL {shown!r} names no host; write {url.scheme}://host:6379"
+                + ("" if "cluster" in url.scheme else "/0")
+            )
+        db_text = url.path.strip("/")
+        if db_text and not (db_text.isascii() and db_text.isdigit()):
+            raise ConfigurationError(
+                f"bad database number {db_text!r} in Redis URL {shown!r}; write /0, /1, ..."
+            )
+        db = int(db_text or 0)
+        cluster = url.scheme.endswith("+cluster")
+        if cluster and db:
+            raise ConfigurationError(
+                f"Redis Cluster has only database 0, but {shown!r} names database {db}"
+            )
+        retries = options.get("retries", 5)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ConfigurationError(f"option retries must be a whole number >= 0, got {retries!r}")
+        timeout = options.get("socket_timeout", 10.0)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigurationError(f"option socket_timeout must be seconds > 0, got {timeout!r}")
+        reqs = options.get("ssl_cert_reqs", "required")
+        if reqs not in _CERT_REQS:
+            raise ConfigurationError(f"option ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")
+        return cls(
+            url=shown,
+            host=parts.hostname,
+            port=port,
+            db=db,
+            cluster=cluster,
+            tls=url.scheme.startswith("rediss"),
+            username=unquote(parts.username) if parts.username else None,
+            password=unquote(parts.password) if parts.password is not None else None,
+            **options,
+        )
+
+    @classmethod
+    def for_component(cls, url: str, prefix: str, opener: str, **options: Any) -> RedisTarget:
+        """The target of a component built from ``url`` and keyword ``options``, with its
+        key ``prefix`` checked. Query options are refused: ``opener`` (e.g.
+        ``"open_store()"``) is what reads them.
+
+        Raises:
+            ConfigurationError: as :meth:`from_url`, or the URL has query options, or
+                :func:`check_prefix` refuses ``prefix``.
+        """
+        parsed = parse_url(url, list(SCHEMES))
+        if parsed.options:
+            raise ConfigurationError(f"pass options as keywords, or open the URL with {opener}")
+        check_prefix(prefix)
+        return cls.from_url(parsed, **options)
+
+    def _common(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "username": self.username,
+            "password": self.password,
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_timeout,
+            "decode_responses": False,
+        }
+        if self.tls:
+            options.update(
+                ssl=True, ssl_ca_certs=self.ssl_ca_certs, ssl_cert_reqs=self.ssl_cert_reqs
+            )
+        return options
+
+    def sync_client(self, *, single_connection: bool = False) -> Any:
+        """A thread-safe synchronous client (standalone or Cluster). Connects lazily,
+        except that a Cluster client reads the slot map now. ``single_connection``
+        (standalone only): one connection, no pool, for one thread's use."""
+        retry = Retry(ExponentialBackoff(**_BACKOFF), self.retries)
+        if self.cluster:
+            return redis.cluster.RedisCluster(retry=retry, **self._common())
+        return redis.Redis(
+            db=self.db,
+            retry=retry,
+            retry_on_error=[redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+            single_connection_client=single_connection,
+            **self._common(),
+        )
+
+    def async_client(self) -> Any:
+        """An asyncio client, to be used on the event loop that creates it only."""
+        retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), self.retries)
+        errors: list[type[Exception]] = [
+            redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError,
+        ]
+        if self.cluster:
+            return redis.asyncio.cluster.RedisCluster(
+                retry=retry, retry_on_error=errors, **self._common()
+            )
+        return redis.asyncio.Redis(db=self.db, retry=retry, retry_on_error=errors, **self._common())
+
+    def error(self, exc: BaseException) -> StorageError:
+        """``exc`` (from the driver) as a StorageError that names this target."""
+        if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
+            return StorageError(
+                f"cannot reach Redis at {self.url} (after {self.retries} retries): {exc}"
+            )
+        text = str(exc)
+        clustered = (
+            redis.exceptions.MovedError,
+            redis.exceptions.AskError,
+            redis.exceptions.ClusterCrossSlotError,
+        )
+        if isinstance(exc, clustered) and not self.cluster:
+            return StorageError(
+                f"Redis at {self.url} is a Cluster node (it answered {type(exc).__name__}: "
+                f"{text}); open it with redis+cluster://{self.host}:{self.port}"
+            )
+        return StorageError(f"Redis at {self.url} failed: {type(exc).__name__}: {text}")

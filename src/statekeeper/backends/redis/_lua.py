@@ -1,0 +1,515 @@
+"""The Redis checkpointer's Lua scripts (see ``docs/redis.md`` for the key layout).
+
+Every script works on the keys of ONE thread, all passed in ``KEYS`` and sharing the
+thread's hash tag, so it runs atomically on one Cluster node. Ids reach scripts only as
+``KEYS``/``ARGV`` values, already encoded; no script text is ever built from data. The
+``KEYS`` of the thread scripts are, in order (see ``THREAD_KEYS``)::
+
+    1 ids     sorted set  E(checkpoint id) E(ns)          newest-first listing, all namespaces
+    2 ns      sorted set  E(ns) E(checkpoint id)  = ref   latest / listing in one namespace
+    3 cp      hash        ref -> record                   the checkpoint without its values
+    4 blobs   hash        E(ns) E(channel) E(version) -> value ("" = a version without value)
+    5 refs    hash        blob field -> number of records (and deltas) that reference it;
+                          also the base field and the CRC of each value (see below)
+    6 writes  hash        ref E(task id) idx -> pending write
+    7 wix     sorted set  the fields of ``writes``        a checkpoint's writes by range
+    8 runs    sorted set  E(run id) ref                   delete_for_runs
+
+``KEYS[9]``, when given (standalone servers only), is the registry of threads.
+
+The field ``STAMP`` (one byte, ``\xff``: no value field is empty, so it is no value's CRC
+field) of ``refs`` is the thread's change stamp, ``<seconds>.<microseconds>:<count>``: every
+script that changes the thread (``PUT``, ``PUT_WRITES``, ``DELETE_REFS`` and ``DELETE_RUNS``
+when they delete something, ``FINISH_COPY`` on its target) counts it up, a thread created
+anew (or deleted and written again) starts it from the server's time, and an emptied
+thread drops it. ``copy_thread`` reads it before and after it reads the source: equal
+stamps mean no script changed the source in between. A thread written before the stamp
+existed has none until its next write (``None`` reads as "no change yet").
+``E`` is :func:`~._client.ordered`. A record starts with a header Lua can read
+(length-prefixed parts): the run id part, the number of value fields it loads, the number of
+further fields it references, those fields, the parent checkpoint id.
+
+Scripts never return data proportional to the size of a thread: listing scripts take a
+``LIMIT``, deletions take a batch and return a count, and the caller loops.
+"""
+
+from __future__ import annotations
+
+from statekeeper.backends.redis._io import Script
+
+__all__ = [
+    "CHAINS",
+    "DELETE_REFS",
+    "DELETE_RUNS",
+    "DELETE_THREAD",
+    "EXPIRED",
+    "FINISH_COPY",
+    "NAMESPACES",
+    "PUT",
+    "PUT_WRITES",
+    "READ",
+    "REMOVE_IF",
+    "STAMP",
+    "THREAD_KEYS",
+    "WALK",
+]
+
+THREAD_KEYS = ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
+STAMP = b"\xff"  # the field of ``refs`` holding the thread's change stamp
+
+_LIB = r"""
+local function part(s, pos)
+  local colon = string.find(s, ':', pos, true)
+  local n = tonumber(string.sub(s, pos, colon - 1))
+  return string.sub(s, colon + 1, colon + n), colon + n + 1
+end
+
+-- run part, referenced fields (loaded ones first), number loaded, parent id
+local function header(rec)
+  local run, pos = part(rec, 1)
+  local nload, nextra
+  nload, pos = part(rec, pos)
+  nextra, pos = part(rec, pos)
+  nload = tonumber(nload)
+  local fields = {}
+  for i = 1, nload + tonumber(nextra) do
+    fields[i], pos = part(rec, pos)
+  end
+  local parent = part(rec, pos)
+  return run, fields, nload, parent
+end
+
+local function enc(s)
+  return (string.gsub(s, '%z', '\0\255')) .. '\0\1'
+end
+
+-- E(a) E(b) -> E(b) E(a)
+local function swap(m)
+  local i = string.find(m, '\0\1', 1, true)
+  return string.sub(m, i + 2) .. string.sub(m, 1, i + 1)
+end
+
+local function hmget(key, fields, first, last)
+  local out = {}
+  for i = first, last, 500 do
+    local chunk = redis.call('HMGET', key, unpack(fields, i, math.min(i + 499, last)))
+    for j = 1, #chunk do out[#out + 1] = chunk[j] end
+  end
+  return out
+end
+
+local function writes_of(ref)
+  local fields = redis.call('ZRANGE', KEYS[7], '[' .. ref, '(' .. ref .. '\255', 'BYLEX')
+  local out = {}
+  if #fields > 0 then
+    local values = hmget(KEYS[6], fields, 1, #fields)
+    for i = 1, #fields do
+      out[2 * i - 1] = fields[i]
+      out[2 * i] = values[i]
+    end
+  end
+  return out
+end
+
+-- the server's time + ttl ms, as an integer string for PEXPIREAT
+local function deadline(ttl)
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  return string.format('%.0f', ms + ttl)
+end
+
+-- all thread keys expire together (one deadline), or never (ttl 0). Called after bump():
+-- refs then exists and has the thread's expiry (every write sets the stamp in it, and a
+-- refs the stamp creates gets the thread's expiry), so its PTTL tells whether the thread
+-- had one.
+local function expire(ttl)
+  ttl = tonumber(ttl)
+  if ttl > 0 then
+    local at = deadline(ttl)
+    for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], at) end
+  elseif ttl == 0 and redis.call('PTTL', KEYS[5]) >= 0 then
+    for i = 1, 8 do redis.call('PERSIST', KEYS[i]) end  -- a saver with a ttl wrote before
+  end
+end
+
+-- on a standalone server the registry of threads is KEYS[9], updated in the same script
+-- (ARGV[2] score, ARGV[3] member); in a Cluster it is in another slot, updated before
+local function register()
+  if #KEYS > 8 then redis.call('ZADD', KEYS[9], ARGV[2], ARGV[3]) end
+end
+
+-- Next to the reference counts, the refs hash holds for each value field f the field
+-- of the value it is a delta on ('\254' .. f) and its CRC ('\255' .. f), so that scripts
+-- never read values themselves: moving a large value through Lua is slow.
+
+-- drop one reference to each field; a value nothing references any more is deleted,
+-- and so is the reference it held on its base
+local function release(fields)
+  local i = 1
+  while i <= #fields do
+    local f = fields[i]
+    if redis.call('HINCRBY', KEYS[5], f, -1) <= 0 then
+      local b = redis.call('HGET', KEYS[5], '\254' .. f)
+      if b then fields[#fields + 1] = b end
+      redis.call('HDEL', KEYS[5], f, '\254' .. f, '\255' .. f)
+      redis.call('HDEL', KEYS[4], f)
+    end
+    i = i + 1
+  end
+end
+
+-- store a value (base field and crc may be ''); a delta holds a reference on its base.
+-- Only a value stored again (a retried put) can have an old base and crc to replace.
+local function set_value(f, v, base, crc)
+  local old = false
+  if redis.call('HSET', KEYS[4], f, v) == 0 then
+    old = redis.call('HGET', KEYS[5], '\254' .. f)
+    redis.call('HDEL', KEYS[5], '\254' .. f, '\255' .. f)
+  end
+  if base ~= '' then
+    redis.call('HINCRBY', KEYS[5], base, 1)
+    redis.call('HSET', KEYS[5], '\254' .. f, base, '\255' .. f, crc)
+  elseif crc ~= '' then
+    redis.call('HSET', KEYS[5], '\255' .. f, crc)
+  end
+  if old then release({old}) end
+end
+
+-- A value and the bases it is a delta on, nearest first ({} when missing or empty). A
+-- link is the stored value, or {field} for a value longer than INLINE bytes (the caller
+-- HMGETs it: large values are slow through Lua), or {field, 'm'} for a value already in
+-- this reply, or {field, '='} for a value whose CRC is the one the caller says it holds
+-- (known[field]): the chain stops at those two.
+local INLINE = 65536
+local sent, known = {}, {}
+local function chain(f)
+  local out = {}
+  for i = 1, 64 do
+    if sent[f] then
+      out[i] = {f, 'm'}
+      break
+    end
+    if known[f] and redis.call('HGET', KEYS[5], '\255' .. f) == known[f] then
+      out[i] = {f, '='}
+      break
+    end
+    local n = redis.call('HSTRLEN', KEYS[4], f)
+    if n == 0 then break end
+    sent[f] = true
+    if n <= INLINE then out[i] = redis.call('HGET', KEYS[4], f) else out[i] = {f} end
+    f = redis.call('HGET', KEYS[5], '\254' .. f)
+    if not f then break end
+  end
+  return out
+end
+
+-- Count up the change stamp of the thread whose ids, refs and wix keys are given (the
+-- field '\255' of refs, see the module docstring); a thread with no checkpoints and no
+-- writes left drops it (`live`: the caller just wrote some). A refs hash the stamp
+-- creates gets the thread's expiry.
+local function bump(ids, refs, wix, live)
+  if not live and redis.call('EXISTS', ids) == 0 and redis.call('EXISTS', wix) == 0 then
+    redis.call('HDEL', refs, '\255')
+    return
+  end
+  local old = redis.call('HGET', refs, '\255')
+  local epoch, n, fresh
+  if old then
+    local c = string.find(old, ':', 1, true)
+    epoch, n, fresh = string.sub(old, 1, c - 1), tonumber(string.sub(old, c + 1)), false
+  else
+    local now = redis.call('TIME')
+    epoch, n, fresh = now[1] .. '.' .. now[2], 0, redis.call('EXISTS', refs) == 0
+  end
+  redis.call('HSET', refs, '\255', epoch .. ':' .. string.format('%d', n + 1))
+  if fresh then
+    local ms = redis.call('PTTL', ids)
+    if ms < 0 then ms = redis.call('PTTL', wix) end
+    if ms > 0 then redis.call('PEXPIRE', refs, ms) end
+  end
+end
+
+-- delete one checkpoint, its writes, and the values nothing references any more
+local function drop(ref)
+  local rec = redis.call('HGET', KEYS[3], ref)
+  if not rec then return 0 end
+  local run, fields = header(rec)
+  release(fields)
+  if run ~= '' then redis.call('ZREM', KEYS[8], run .. ref) end
+  redis.call('HDEL', KEYS[3], ref)
+  redis.call('ZREM', KEYS[1], swap(ref))
+  redis.call('ZREM', KEYS[2], ref)
+  local wf = redis.call('ZRANGE', KEYS[7], '[' .. ref, '(' .. ref .. '\255', 'BYLEX')
+  for i = 1, #wf do redis.call('HDEL', KEYS[6], wf[i]) end
+  if #wf > 0 then redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. ref, '(' .. ref .. '\255') end
+  return 1
+end
+"""
+
+# ARGV: ttl, registry score and member, ref, record, run member ("" if none), then per
+# value: field, value, base field, base crc ("" unless the value is a delta), crc. If the
+# base of a delta is gone or changed, nothing is written and the reply lists those values
+# (1-based) so the caller sends them whole; else the reply is 1. References are counted
+# before the old record (a re-put) is released, so a value both records use survives.
+PUT = Script(
+    _LIB
+    + r"""
+local ref, rec, run = ARGV[4], ARGV[5], ARGV[6]
+local stale = {}
+for i = 7, #ARGV, 5 do
+  local base = ARGV[i + 2]
+  if base ~= '' and redis.call('HGET', KEYS[5], '\255' .. base) ~= ARGV[i + 3] then
+    stale[#stale + 1] = (i - 2) / 5
+  end
+end
+if #stale > 0 then return stale end
+register()
+for i = 7, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
+local _, fields = header(rec)
+for i = 1, #fields do redis.call('HINCRBY', KEYS[5], fields[i], 1) end
+local old = redis.call('ZADD', KEYS[2], 0, ref) == 0 and redis.call('HGET', KEYS[3], ref)
+if old then  -- stored before (a retried put): replace that record
+  local oldrun, oldfields = header(old)
+  release(oldfields)
+  if oldrun ~= '' and oldrun .. ref ~= run then redis.call('ZREM', KEYS[8], oldrun .. ref) end
+end
+redis.call('HSET', KEYS[3], ref, rec)
+redis.call('ZADD', KEYS[1], 0, swap(ref))
+if run ~= '' then redis.call('ZADD', KEYS[8], 0, run) end
+bump(KEYS[1], KEYS[5], KEYS[7], true)
+expire(ARGV[1])
+return 1
+"""
+)
+
+# ARGV: ttl, registry score and member, then (field, value, replace) triples. A regular
+# write already stored for (task, idx) is kept (replace "0"); special channels replace
+# (replace "1").
+PUT_WRITES = Script(
+    _LIB
+    + r"""
+register()
+for i = 4, #ARGV, 3 do
+  if ARGV[i + 2] == '1' then
+    redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HSETNX', KEYS[6], ARGV[i], ARGV[i + 1])
+  end
+  redis.call('ZADD', KEYS[7], 0, ARGV[i])
+end
+bump(KEYS[1], KEYS[5], KEYS[7], true)
+expire(ARGV[1])
+return 1
+"""
+)
+
+# ARGV: ttl (-1: no refresh), what ("r" records, "f" full, "w" writes only), n, then n
+# (value field, crc) pairs the caller holds, then mode, then for mode "ids"/"ns": min,
+# max, limit (newest first); for mode "refs": the refs.
+# Reply per checkpoint: {ref, record or false, {chain per value field}, {write field,
+# value, ...}}; a chain is the stored value and the bases it is a delta on (large values
+# as {field}: the caller fetches those with HMGET, and reads again if one is gone).
+READ = Script(
+    _LIB
+    + r"""
+local what, a = ARGV[2], 4 + 2 * tonumber(ARGV[3])
+for i = 4, a - 1, 2 do known[ARGV[i]] = ARGV[i + 1] end
+local mode = ARGV[a]
+local refs = {}
+if mode == 'refs' then
+  for i = a + 1, #ARGV do refs[#refs + 1] = ARGV[i] end
+else
+  local key = KEYS[2]
+  if mode == 'ids' then key = KEYS[1] end
+  local limit = tonumber(ARGV[a + 3])
+  refs = redis.call('ZRANGE', key, ARGV[a + 2], ARGV[a + 1], 'BYLEX', 'REV', 'LIMIT', 0, limit)
+  if mode == 'ids' then
+    for i = 1, #refs do refs[i] = swap(refs[i]) end
+  end
+end
+local out = {}
+for i = 1, #refs do
+  local ref = refs[i]
+  local item = {ref, false, {}, {}}
+  if what ~= 'w' then item[2] = redis.call('HGET', KEYS[3], ref) end
+  if what == 'f' and item[2] then
+    local _, fields, nload = header(item[2])
+    for j = 1, nload do item[3][j] = chain(fields[j]) end
+  end
+  if what == 'w' or (what == 'f' and item[2]) then item[4] = writes_of(ref) end
+  out[i] = item
+end
+if #out > 0 and tonumber(ARGV[1]) > 0 then expire(ARGV[1]) end
+return out
+"""
+)
+
+# ARGV: value fields. Reply: the chain of each (see READ).
+CHAINS = Script(
+    _LIB
+    + r"""
+local out = {}
+for i = 1, #ARGV do out[i] = chain(ARGV[i]) end
+return out
+"""
+)
+
+# ARGV: refs. Reply: how many checkpoints existed and were deleted.
+DELETE_REFS = Script(
+    _LIB
+    + r"""
+local n = 0
+for i = 1, #ARGV do n = n + drop(ARGV[i]) end
+if n > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
+return n
+"""
+)
+
+# ARGV: budget, then E(run id) of each run. Deletes up to `budget` checkpoints of these
+# runs; the reply is how many run entries were processed (budget: call again).
+DELETE_RUNS = Script(
+    _LIB
+    + r"""
+local budget, n = tonumber(ARGV[1]), 0
+for i = 2, #ARGV do
+  local run = ARGV[i]
+  local members = redis.call('ZRANGE', KEYS[8], '[' .. run, '(' .. run .. '\255',
+    'BYLEX', 'LIMIT', 0, budget - n)
+  for j = 1, #members do
+    drop(string.sub(members[j], #run + 1))
+    redis.call('ZREM', KEYS[8], members[j])
+  end
+  n = n + #members
+  if n >= budget then break end
+end
+if n > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
+return n
+"""
+)
+
+# No ARGV. Unlinking is O(1) for the caller whatever the thread's size (Redis frees the
+# memory in the background), so deleting a thread of any size is one bounded call. The
+# change stamp goes with refs; a thread written again starts a new one from the time.
+DELETE_THREAD = Script(
+    r"""
+local n = 0
+for i = 1, #KEYS do n = n + redis.call('UNLINK', KEYS[i]) end
+return n
+"""
+)
+
+# KEYS: ns. ARGV: E(ns) to start after ("" = from the first), max namespaces.
+# Reply: the newest ref of each namespace, in namespace order.
+NAMESPACES = Script(
+    r"""
+local out, after = {}, ARGV[1]
+for i = 1, tonumber(ARGV[2]) do
+  local low = '-'
+  if after ~= '' then low = '(' .. after .. '\255' end
+  local first = redis.call('ZRANGE', KEYS[1], low, '+', 'BYLEX', 'LIMIT', 0, 1)
+  if #first == 0 then break end
+  local e = string.find(first[1], '\0\1', 1, true)
+  after = string.sub(first[1], 1, e + 1)
+  out[i] = redis.call('ZRANGE', KEYS[1], '(' .. after .. '\255', '[' .. after,
+    'BYLEX', 'REV', 'LIMIT', 0, 1)[1]
+end
+return out
+"""
+)
+
+# KEYS: cp, blobs. ARGV: E(ns), checkpoint id to start from (excluded), max steps, then
+# E(ns) E(channel) per channel. Follows parent links; per ancestor replies {id, {field or
+# false per channel}}: the value field when that ancestor's version of the channel holds a
+# value. Stops at the root, a missing parent, after max steps, or once every channel has
+# been found (the caller continues from the last ancestor if it needs more).
+WALK = Script(
+    _LIB
+    + r"""
+local ens, out = ARGV[1], {}
+local rec = redis.call('HGET', KEYS[1], ens .. enc(ARGV[2]))
+local nch = #ARGV - 3
+local found, nfound = {}, 0
+for step = 1, tonumber(ARGV[3]) do
+  if not rec or nfound == nch then break end
+  local _, _, _, parent = header(rec)
+  if parent == '' then break end
+  rec = redis.call('HGET', KEYS[1], ens .. enc(parent))
+  if not rec then break end
+  local _, fields, nload = header(rec)
+  local hits = {}
+  for c = 1, nch do
+    local prefix = ARGV[c + 3]
+    hits[c] = false
+    for i = 1, nload do
+      if string.sub(fields[i], 1, #prefix) == prefix then
+        if redis.call('HSTRLEN', KEYS[2], fields[i]) > 0 then hits[c] = fields[i] end
+        break
+      end
+    end
+    if hits[c] and not found[c] then
+      found[c] = true
+      nfound = nfound + 1
+    end
+  end
+  out[#out + 1] = {parent, hits}
+end
+return out
+"""
+)
+
+# KEYS: the 8 staging keys, the 8 target keys, then a marker key. ARGV: ttl.
+# Makes a staged copy visible at once: renames every staging key onto the target, unless
+# the target has data (reply 0; the staging keys are deleted), and starts the target's
+# change stamp (the staged refs hold none: the caller leaves the source's out). Reply 1 on
+# success, also when retried after a success (the marker remembers it for ten minutes).
+FINISH_COPY = Script(
+    _LIB
+    + r"""
+local marker = KEYS[17]
+if redis.call('EXISTS', marker) == 1 then return 1 end
+local busy = 0
+for i = 9, 16 do busy = busy + redis.call('EXISTS', KEYS[i]) end
+if busy > 0 then
+  for i = 1, 8 do redis.call('UNLINK', KEYS[i]) end
+  return 0
+end
+local ttl = tonumber(ARGV[1])
+local at = nil
+if ttl > 0 then at = deadline(ttl) end
+for i = 1, 8 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    redis.call('RENAME', KEYS[i], KEYS[i + 8])
+    if at then redis.call('PEXPIREAT', KEYS[i + 8], at) else redis.call('PERSIST', KEYS[i + 8]) end
+  end
+end
+bump(KEYS[9], KEYS[13], KEYS[15])
+redis.call('SET', marker, '1', 'PX', 600000)
+return 1
+"""
+)
+
+# The thread registry (a sorted set: member = tagged thread id, score = the time in ms its
+# keys expire, +inf for never) lives in its own slot, so it is updated next to the
+# thread's scripts, not inside them. These two sweep entries whose threads expired.
+
+# KEYS: registry. ARGV: now (ms), max. Reply: member, score, ... (scores as Redis prints them)
+EXPIRED = Script(
+    r"""
+return redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[1], 'BYSCORE',
+  'LIMIT', 0, tonumber(ARGV[2]), 'WITHSCORES')
+"""
+)
+
+# KEYS: registry. ARGV: member, score, ... Removes each member whose score is unchanged (a
+# writer that touched the thread since has moved its score, and keeps it).
+REMOVE_IF = Script(
+    r"""
+local n = 0
+for i = 1, #ARGV, 2 do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return n
+"""
+)

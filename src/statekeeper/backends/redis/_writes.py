@@ -1,0 +1,313 @@
+"""The Redis checkpointer's writes and thread maintenance, written once for both APIs
+(see :mod:`statekeeper.backends.redis._reads` for how operations run).
+
+Each ``put`` and ``put_writes`` is one script (plus, in a Cluster, the registry update
+before it). Maintenance works in bounded batches whatever a thread's size: deleting a
+thread unlinks its keys, ``prune`` and ``delete_for_runs`` delete a batch of checkpoints per
+script call, and ``copy_thread`` copies page by page into staging keys that one last
+script renames onto the target all at once, if the source's change stamp (see
+:mod:`statekeeper.backends.redis._lua`) shows that nothing changed it meanwhile.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper._storage.deltas import PlannedValue, plan_value
+from statekeeper._storage.lineage import delta_channels, keep_latest_ids, walk_chains
+from statekeeper._storage.payload import check_id, encode
+from statekeeper.backends.redis import _lua as lua
+from statekeeper.backends.redis._client import ordered, split_ordered, untag
+from statekeeper.backends.redis._client import tag as tag_of
+from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
+from statekeeper.backends.redis._layout import (
+    Record,
+    encode_value,
+    encode_write,
+    first,
+    swap,
+    version_text,
+)
+from statekeeper.backends.redis._reads import PAGE, SCAN, Reads, _holds
+from statekeeper.checkpointers.semantics import (
+    check_prune_strategy,
+    checkpoint_config,
+    dump_metadata,
+    location,
+    merged_metadata,
+)
+from statekeeper.errors import ConfigurationError, StorageError, ThreadExistsError
+
+__all__ = ["Plans"]
+
+DELETE_BATCH = 100  # checkpoints deleted per script call
+COPY_TTL_MS = 3_600_000  # a staged copy left by a crashed process expires after an hour
+COPY_ATTEMPTS = 5  # copies of a source that changed while it was read, before giving up
+_STAGE_ORDER = ("ids", "ns", "runs", "wix", "cp", "refs", "writes", "blobs")
+_ZSETS = {"ids", "ns", "runs", "wix"}
+
+
+class Plans(Reads):
+    """Every operation of one checkpointer: the reads, and the writes below."""
+
+    def __init__(
+        self, prefix: str, ttl_ms: int, refresh_on_read: bool, compress: bool, cluster: bool
+    ) -> None:
+        super().__init__(prefix, ttl_ms, refresh_on_read, compress, cluster)
+
+    def _write(self, script: Any, thread_id: str, ttl: int, *args: Any) -> Op[Any]:
+        """Run a write script that registers the thread: in the script on a standalone
+        server, just before it in a Cluster (the registry is in another slot there)."""
+        keys = self.keys(thread_id)
+        if not self.cluster:
+            extra = (self.score(), self.tag(thread_id))
+            return (yield Eval(script, (*keys, self.registry), (ttl, *extra, *args)))
+        _, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
+        return reply
+
+    def put(
+        self,
+        serde: SerializerProtocol,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Op[RunnableConfig]:
+        thread_id, ns, parent_id = location(config)
+        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
+        stripped: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
+        cp_type, cp_codec, cp_data = encode(serde, stripped, compress=self.compress)
+        ens = ordered(ns)
+        value_field = self.value_field
+        load = [value_field(ns, ens, ch, v) for ch, v in checkpoint["channel_versions"].items()]
+        blobs: list[bytes] = []  # per value: field, value, base field, base crc, crc
+        planned: dict[int, tuple[tuple[str, str, str], PlannedValue]] = {}
+        for channel, version in new_versions.items():
+            value_args = [value_field(ns, ens, channel, version), b"", b"", b"", b""]  # no value
+            if channel in values:
+                key = (thread_id, ns, channel)
+                plan = plan_value(
+                    serde,
+                    key,
+                    channel,
+                    version_text(version),
+                    values[channel],
+                    recent=self.written.recent,
+                    compress=self.compress,
+                )
+                value_args[1] = encode_value(ens, plan.stored)
+                if plan.stored.base is not None:
+                    value_args[2] = ens + ordered(channel) + ordered(plan.stored.base)
+                    value_args[3] = b"%d" % (plan.base_crc or 0)
+                if plan.stored.crc is not None:
+                    value_args[4] = b"%d" % plan.stored.crc
+                planned[len(blobs) // 5] = (key, plan)
+            blobs += value_args
+        known = set(load)
+        extra = list(dict.fromkeys(f for f in blobs[::5] if f not in known))
+        stored = merged_metadata(config, metadata)
+        run_id = stored.get("run_id")
+        run = ordered(check_id(run_id, "run_id")) if isinstance(run_id, str) and run_id else b""
+        record = Record.pack(
+            run, load, extra, parent_id, cp_type, cp_codec, dump_metadata(stored), cp_data
+        )
+        ref = ens + ordered(checkpoint_id)
+        head = (ref, record, run + ref if run else b"")
+        stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
+        if stale != 1:  # a delta's base changed since this process wrote it: send it whole
+            for index in stale:
+                plan = planned[index - 1][1]
+                assert plan.fallback is not None
+                blobs[5 * index - 4 : 5 * index - 1] = [encode_value(ens, plan.fallback), b"", b""]
+            yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
+        for index, (key, plan) in planned.items():  # for the next version's delta
+            fell_back = stale != 1 and index + 1 in stale
+            self.written.remember(key, plan.remember_fallback if fell_back else plan.remember)
+        return checkpoint_config(thread_id, ns, checkpoint_id)
+
+    def put_writes(
+        self,
+        serde: SerializerProtocol,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Op[None]:
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
+        task = ordered(check_id(task_id, "task_id", allow_empty=True))
+        path = check_id(task_path, "task_path", allow_empty=True)
+        ref = ordered(ns) + ordered(checkpoint_id)
+        args: list[Any] = []
+        for idx, (channel, value) in enumerate(writes):
+            index = WRITES_IDX_MAP.get(channel, idx)
+            channel = check_id(channel, "channel name", allow_empty=True)
+            type_, codec, data = encode(serde, value, compress=self.compress)
+            stored = encode_write(channel, path, type_, codec, data)
+            args += [ref + task + b"%d" % index, stored, b"1" if index < 0 else b"0"]
+        if not args:
+            return
+        if self.cluster and not self.ttl_ms:  # only a thread's expiry needs the registry
+            yield Eval(lua.PUT_WRITES, self.keys(thread_id), (0, "", "", *args))
+        else:
+            yield from self._write(lua.PUT_WRITES, thread_id, self.ttl_ms, *args)
+
+    # -- thread maintenance ------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> Op[None]:
+        thread_id = check_id(thread_id, "thread_id")
+        delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
+        yield Batch((delete, Cmd(("ZREM", self.registry, tag_of(thread_id)))))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
+        runs = [ordered(check_id(run_id, "run_id")) for run_id in run_ids]
+        if not runs:
+            return
+        tags = yield from self.registered()
+        for start in range(0, len(tags), SCAN):
+            keys = [self.keys(untag(t)) for t in tags[start : start + SCAN]]
+            probes = yield Batch(
+                tuple(
+                    Cmd(("ZRANGE", k[7], b"[" + run, b"(" + run + b"\xff", "BYLEX", "LIMIT", 0, 1))
+                    for k in keys
+                    for run in runs
+                )
+            )
+            for i, thread_keys in enumerate(keys):
+                if any(probes[i * len(runs) : (i + 1) * len(runs)]):
+                    while (yield Eval(lua.DELETE_RUNS, thread_keys, (SCAN, *runs))) >= SCAN:
+                        pass
+
+    def copy_thread(self, source_id: str, target_id: str) -> Op[None]:
+        source = check_id(source_id, "source thread_id")
+        target = check_id(target_id, "target thread_id")
+        skeys, tkeys = self.keys(source), self.keys(target)
+        taken, present = yield Batch((Cmd(("EXISTS", tkeys[0])), Cmd(("EXISTS", *skeys))))
+        if taken:
+            raise ThreadExistsError(
+                f"cannot copy thread {source!r} into {target!r}: {target!r} already has "
+                "checkpoints; delete it first or choose a new thread id"
+            )
+        if not present:
+            return
+        refs = skeys[lua.THREAD_KEYS.index("refs")]
+        by_name = dict(zip(lua.THREAD_KEYS, skeys, strict=True))
+        for _ in range(COPY_ATTEMPTS):
+            # Every script that changes the source counts its stamp up, so a stamp that is
+            # the same after every page was read means the pages are one snapshot.
+            stamp, present = yield Batch((Cmd(("HGET", refs, lua.STAMP)), Cmd(("EXISTS", *skeys))))
+            if not present:
+                return
+            nonce = uuid.uuid4().hex
+            base = f"{self.prefix}:{{{tag_of(target)}}}:copy:{nonce}:".encode()
+            stage = {name: base + name.encode() for name in lua.THREAD_KEYS}
+            for name in _STAGE_ORDER:  # indexes before data: every copied entry finds its data
+                yield from self._stage(by_name[name], stage[name], name in _ZSETS)
+            staged = tuple(stage[name] for name in lua.THREAD_KEYS)
+            after, still = yield Batch((Cmd(("HGET", refs, lua.STAMP)), Cmd(("EXISTS", *skeys))))
+            if after != stamp or still != present:  # changed (or expired) meanwhile
+                yield Cmd(("UNLINK", *staged))
+                continue
+            finish = Eval(lua.FINISH_COPY, (*staged, *tkeys, base + b"done"), (self.ttl_ms,))
+            _, done = yield Batch((self.touch(target), finish))
+            if done:
+                yield Cmd(("DEL", base + b"done"))  # it only had to outlive a retried call
+                return
+            raise ThreadExistsError(
+                f"cannot copy thread {source!r} into {target!r}: {target!r} got data while "
+                "it was being copied; nothing was copied"
+            )
+        raise StorageError(
+            f"cannot copy thread {source!r} into {target!r}: the source kept changing while "
+            f"it was being copied ({COPY_ATTEMPTS} attempts); nothing was copied. Copy it "
+            "when no one is writing to it, pruning it or deleting its runs"
+        )
+
+    @staticmethod
+    def _stage(key: bytes, into: bytes, zset: bool) -> Op[None]:
+        """Copy ``key`` into ``into`` page by page (the staging key expires if abandoned)."""
+        cursor: Any = 0 if not zset else b"-"
+        while True:
+            if zset:
+                members = yield Cmd(("ZRANGE", key, cursor, b"+", "BYLEX", "LIMIT", 0, SCAN))
+                write = [x for m in members for x in (0, m)]
+                if members:
+                    cursor = b"(" + members[-1]
+                more = len(members) == SCAN
+            else:
+                cursor, pairs = yield Cmd(("HSCAN", key, cursor, "COUNT", SCAN // 5))
+                write = [x for f, v in pairs.items() if f != lua.STAMP for x in (f, v)]
+                more = cursor != 0
+            if write:
+                command = "ZADD" if zset else "HSET"
+                yield Batch((Cmd((command, into, *write)), Cmd(("PEXPIRE", into, COPY_TTL_MS))))
+            if not more:
+                return
+
+    def prune(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+        check_prune_strategy(strategy)
+        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
+        for thread_id in ids:
+            if strategy == "delete":
+                yield from self.delete_thread(thread_id)
+            else:
+                yield from self._keep_latest(thread_id)
+
+    def _keep_latest(self, thread_id: str) -> Op[None]:
+        """Delete every checkpoint of the thread older than its namespace's newest that the
+        newest does not need; checkpoints put meanwhile are newer, so they survive."""
+        keys = self.keys(thread_id)
+        heads: list[bytes] = []
+        while True:
+            after = first(heads[-1]) if heads else b""
+            page = yield Eval(lua.NAMESPACES, (keys[1],), (after, SCAN))
+            heads += page
+            if len(page) < SCAN:
+                break
+        newest: dict[str, str] = {}
+        keep: dict[str, set[str]] = {}
+        for start in range(0, len(heads), PAGE):
+            items = yield Eval(lua.READ, keys, (-1, "r", 0, "refs", *heads[start : start + PAGE]))
+            for item in items:
+                if not item[1]:
+                    continue
+                ns, checkpoint_id, _ = split_ordered(item[0])
+                metadata = Record.parse(item[1]).metadata
+                chains: Mapping[str, list[str]] = {}
+                if channels := delta_channels(metadata):
+                    ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
+                    chains = walk_chains(checkpoint_id, ancestors, channels, _holds)[0]
+                newest[ns] = checkpoint_id
+                keep[ns] = keep_latest_ids(checkpoint_id, metadata, _constant(chains))
+        low = b"-"
+        while True:
+            members = yield Cmd(("ZRANGE", keys[0], low, b"+", "BYLEX", "LIMIT", 0, SCAN))
+            doomed = []
+            for member in members:
+                checkpoint_id, ns, _ = split_ordered(member)
+                if ns in newest and checkpoint_id < newest[ns] and checkpoint_id not in keep[ns]:
+                    doomed.append(swap(member))
+            for start in range(0, len(doomed), DELETE_BATCH):
+                yield Eval(lua.DELETE_REFS, keys, tuple(doomed[start : start + DELETE_BATCH]))
+            if len(members) < SCAN:
+                return
+            low = b"(" + members[-1]
+
+
+def _constant(
+    chains: Mapping[str, list[str]],
+) -> Callable[[list[str]], Mapping[str, list[str]]]:
+    return lambda _: chains

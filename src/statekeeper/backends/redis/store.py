@@ -1,0 +1,301 @@
+"""``RedisStore``: a memory store in Redis (or Valkey), standalone or Cluster.
+
+Plain Redis 6.2+ with no modules: strings, sorted sets and Lua scripts only. Each item is
+one key, with every key of its namespace under the namespace's hash tag, so each put and
+delete is one script on one node (the layout: :mod:`statekeeper.backends.redis._store_lua`).
+Search reads the items under the prefix and scores them in Python, as the file store
+does. Only this module and the ones it imports import ``redis``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+
+from langgraph.store.base import IndexConfig, TTLConfig
+
+from statekeeper.backends.redis import _store_lua as lua
+from statekeeper.backends.redis._client import RedisTarget
+from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
+from statekeeper.errors import SchemaVersionError, StorageError
+from statekeeper.memory.store.base import Write
+from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
+from statekeeper.urls import StorageURL, parse_options
+
+__all__ = ["RedisStore"]
+
+LAYOUT_VERSION = 1
+SCAN = 500  # registry entries, index members or items per paging call
+_CALLS = 100  # requests per pipelined batch
+_OPTIONS: dict[str, type] = {
+    "prefix": str,
+    "retries": int,
+    "socket_timeout": float,
+    "ssl_ca_certs": str,
+    "ssl_cert_reqs": str,
+    "semantic_weight": float,
+    "ttl": object,
+    "index": object,
+}
+
+
+class RedisStore(ItemStore):
+    """A LangGraph store in Redis.
+
+    Args:
+        url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
+            ``redis+cluster://host:port`` or ``rediss+cluster://host:port``.
+        prefix: every key starts with ``<prefix>:store:``; stores with different prefixes
+            never see each other's items, and a checkpointer may share the prefix.
+            Letters, digits and ``_ . : / @ + = -``.
+        index, ttl, semantic_weight: as for :class:`~statekeeper.memory.store.SqliteStore`.
+        retries: how often a command is retried, with exponential backoff, after a
+            dropped connection or a timeout.
+        socket_timeout: seconds to wait for a connection or a reply.
+        ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs.
+
+    Guarantees: each put and delete is one Lua script (atomic, also in a Cluster); a
+    reader sees an item whole or not at all. Namespaces and keys are encoded into key
+    names, so none can reach outside the prefix or another namespace. Expiry follows the
+    writers' clock (as on every backend), and each item's key also expires by itself
+    (``PEXPIRE``). Search reads every item under the searched prefix: O(items). Driver
+    errors are raised as :class:`~statekeeper.errors.StorageError` naming the URL without
+    its password.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        semantic_weight: float = 0.5,
+        prefix: str = "statekeeper",
+        retries: int = 5,
+        socket_timeout: float = 10.0,
+        ssl_ca_certs: str | None = None,
+        ssl_cert_reqs: str = "required",
+    ) -> None:
+        super().__init__(index=index, ttl=ttl, semantic_weight=semantic_weight)
+        self.target = RedisTarget.for_component(
+            url,
+            prefix,
+            "open_store()",
+            retries=retries,
+            socket_timeout=socket_timeout,
+            ssl_ca_certs=ssl_ca_certs,
+            ssl_cert_reqs=ssl_cert_reqs,
+        )
+        self.prefix = prefix
+        self._keys = lua.Keys(prefix)
+        self._cluster = self.target.cluster
+        self._conn = Connection(self.target)
+        try:
+            self._conn.run(self._check_layout())
+        except BaseException:
+            self._conn.close()
+            raise
+
+    @classmethod
+    def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
+        """Build from a parsed URL: its query options (text) and keyword ``options``
+        (``index`` among them); keywords win."""
+        merged = parse_options("Redis memory store", _OPTIONS, url.options, options)
+        return cls(url.raw.split("?", 1)[0], **merged)
+
+    def close(self) -> None:
+        """Disconnect. Idempotent; later calls raise StorageError."""
+        super().close()
+        self._conn.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.target.url!r}, prefix={self.prefix!r})"
+
+    def _check_layout(self) -> Op[None]:
+        key = self._keys.version
+        _, stored = yield Batch((Cmd(("SETNX", key, LAYOUT_VERSION)), Cmd(("GET", key))))
+        if stored is None:
+            return
+        if not (stored.isascii() and stored.isdigit()):
+            raise SchemaVersionError(
+                f"the key {key.decode()!r} at {self.target.url} holds "
+                f"{stored.decode(errors='replace')!r}, not a statekeeper layout version: it "
+                "belongs to something else; use another prefix"
+            )
+        if int(stored) > LAYOUT_VERSION:
+            raise SchemaVersionError(
+                f"the memory store under prefix {self.prefix!r} at {self.target.url} uses "
+                f"layout version {int(stored)}, newer than this statekeeper knows "
+                f"({LAYOUT_VERSION}); upgrade statekeeper"
+            )
+
+    # -- ItemStore -------------------------------------------------------------------------
+
+    def _put(self, write: Write, now: float) -> None:
+        self._conn.run(self._put_op(write, now))
+
+    def _load(self, namespace: Namespace, key: str) -> StoredItem | None:
+        index, item = self._keys.index(namespace), self._keys.item(namespace, key)
+        reply = self._conn.run(_one(Eval(lua.READ, (index, item), (key.encode(),))))
+        if not reply or reply[1] is None:
+            return None  # never stored, deleted, or its key expired
+        return self._decode(namespace, key, float(reply[0]), reply[1])
+
+    def _scan(self, prefix: Namespace, now: float) -> list[StoredItem]:
+        return self._conn.run(self._scan_op(prefix, now))
+
+    def _namespaces(self, prefix: Namespace, now: float) -> list[Namespace]:
+        return self._conn.run(self._namespaces_op(prefix, now))
+
+    def _refresh(self, items: Sequence[StoredItem], now: float) -> None:
+        self._conn.run(self._refresh_op(items, now))
+
+    def _sweep(self, now: float) -> int:
+        if self._closed:
+            raise StorageError(f"{self!r} is closed; open a new store")
+        return self._conn.run(self._sweep_op(now))
+
+    # -- operations, each written once as a generator of requests ------------------------------
+
+    def _put_op(self, write: Write, now: float) -> Op[None]:
+        ns = write.namespace
+        keys = (self._keys.index(ns), self._keys.item(ns, write.key))
+        member, registered = write.key.encode(), self._keys.member(ns)
+        if write.value is None:
+            removal = (member, repr(now), registered)
+            if not self._cluster:
+                yield Eval(lua.DELETE, (*keys, self._keys.registry), removal)
+            elif (yield Eval(lua.DELETE, keys, removal)) == 0:
+                yield from self._unregister(ns)
+            return
+        item = StoredItem.made(write, None, now)  # the script keeps a live item's created_at
+        updated, rest = lua.encode_item(item)
+        score = "+inf" if item.expires_at is None else repr(item.expires_at)
+        ttl_ms = 0 if write.ttl is None else math.ceil(write.ttl * 60_000)
+        args = (member, updated, score, ttl_ms, rest, repr(now), registered)
+        if not self._cluster:
+            yield Eval(lua.PUT, (*keys, self._keys.registry), args)
+            return
+        # The registry is in another slot: register before the write (a writer killed
+        # between the two leaves an empty, harmless entry) and after it (so an entry that
+        # a concurrent delete of the namespace's last item dropped comes back).
+        register = Cmd(("ZADD", self._keys.registry, 0, registered))
+        yield Batch((register, Eval(lua.PUT, keys, args), register))
+
+    def _unregister(self, namespace: Namespace) -> Op[None]:
+        """Drop an empty namespace from the registry (Cluster), then check again: a put
+        that wrote meanwhile keeps its entry."""
+        member = self._keys.member(namespace)
+        yield Cmd(("ZREM", self._keys.registry, member))
+        if (yield Cmd(("ZCARD", self._keys.index(namespace)))):
+            yield Cmd(("ZADD", self._keys.registry, 0, member))
+
+    def _registered(self, prefix: Namespace) -> Op[list[Namespace]]:
+        """The registered namespaces under ``prefix``, by BYLEX pages of the registry."""
+        text = self._keys.member(prefix)
+        low, high = (b"-", b"+") if not prefix else (b"[" + text, b"(" + text + b"/")
+        found: list[Namespace] = []
+        while True:
+            page = yield Cmd(("ZRANGE", self._keys.registry, low, high, "BYLEX", "LIMIT", 0, SCAN))
+            for member in page:
+                namespace = tuple(member.decode("utf-8").split("."))
+                # the range also holds siblings such as "docs-x" for "docs": keep children
+                if namespace[: len(prefix)] == prefix:
+                    found.append(namespace)
+            if len(page) < SCAN:
+                return found
+            low = b"(" + page[-1]
+
+    def _entries(self, namespaces: list[Namespace]) -> Op[dict[Namespace, dict[bytes, float]]]:
+        """Every index entry (item key -> expiry) of each namespace, by ZSCAN pages."""
+        entries: dict[Namespace, dict[bytes, float]] = {ns: {} for ns in namespaces}
+        cursors: dict[Namespace, int] = dict.fromkeys(namespaces, 0)
+        while cursors:
+            todo = list(cursors)[:_CALLS]
+            calls = tuple(
+                Cmd(("ZSCAN", self._keys.index(ns), cursors[ns], "COUNT", SCAN)) for ns in todo
+            )
+            for ns, (cursor, page) in zip(todo, (yield Batch(calls)), strict=True):
+                entries[ns].update((member, float(score)) for member, score in page)
+                if int(cursor) == 0:
+                    del cursors[ns]
+                else:
+                    cursors[ns] = cursor
+        return entries
+
+    def _scan_op(self, prefix: Namespace, now: float) -> Op[list[StoredItem]]:
+        namespaces = yield from self._registered(prefix)
+        groups: list[tuple[Namespace, list[tuple[str, float]]]] = []  # one MGET each
+        for ns, members in (yield from self._entries(namespaces)).items():
+            live = [(m.decode("utf-8"), expires) for m, expires in members.items() if expires > now]
+            groups += [(ns, live[i : i + SCAN]) for i in range(0, len(live), SCAN)]
+        found = []
+        for start in range(0, len(groups), _CALLS):
+            chunk = groups[start : start + _CALLS]
+            calls = tuple(
+                Cmd(("MGET", *(self._keys.item(ns, key) for key, _ in group)))
+                for ns, group in chunk
+            )
+            for (ns, group), values in zip(chunk, (yield Batch(calls)), strict=True):
+                for (key, expires), data in zip(group, values, strict=True):
+                    if data is not None:  # deleted or expired since the index was read
+                        found.append(self._decode(ns, key, expires, data))
+        return found
+
+    def _namespaces_op(self, prefix: Namespace, now: float) -> Op[list[Namespace]]:
+        namespaces = yield from self._registered(prefix)
+        live: list[Namespace] = []
+        for start in range(0, len(namespaces), _CALLS):
+            chunk = namespaces[start : start + _CALLS]
+            calls = tuple(
+                Cmd(("ZCOUNT", self._keys.index(ns), f"({now!r}", "+inf")) for ns in chunk
+            )
+            counts = yield Batch(calls)
+            live.extend(ns for ns, count in zip(chunk, counts, strict=True) if count)
+        return live
+
+    def _refresh_op(self, items: Sequence[StoredItem], now: float) -> Op[None]:
+        by_ns: dict[Namespace, list[StoredItem]] = {}
+        for item in items:
+            by_ns.setdefault(item.namespace, []).append(item)
+        for ns, group in by_ns.items():
+            args: list[Any] = [repr(now)]
+            for item in group:
+                assert item.ttl is not None
+                ttl_ms = math.ceil(item.ttl * 60_000)
+                args += [item.key.encode(), item.updated_at, repr(now + item.ttl * 60), ttl_ms]
+            keys = (self._keys.index(ns), *(self._keys.item(ns, item.key) for item in group))
+            yield Eval(lua.REFRESH, keys, tuple(args))
+
+    def _sweep_op(self, now: float) -> Op[int]:
+        deleted = 0
+        namespaces = yield from self._registered(())
+        for ns, members in (yield from self._entries(namespaces)).items():
+            expired = [member for member, expires in members.items() if expires <= now]
+            left = len(members)
+            for start in range(0, len(expired), SCAN):
+                chunk = expired[start : start + SCAN]
+                item_keys = tuple(self._keys.item(ns, m.decode("utf-8")) for m in chunk)
+                keys = (self._keys.index(ns), *item_keys)
+                if not self._cluster:
+                    keys += (self._keys.registry,)
+                args = (repr(now), self._keys.member(ns), len(chunk), *chunk)
+                gone, left = yield Eval(lua.SWEEP, keys, args)
+                deleted += gone
+            if self._cluster and not left:
+                yield from self._unregister(ns)
+        return deleted
+
+    def _decode(self, namespace: Namespace, key: str, expires: float, data: bytes) -> StoredItem:
+        try:
+            return lua.decode_item(namespace, key, expires, data)
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+            raise StorageError(
+                f"the memory item {key!r} of namespace {namespace!r} at {self.target.url} "
+                f"(key {self._keys.item(namespace, key).decode()!r}) is damaged: {exc}"
+            ) from None
+
+
+def _one(call: Eval) -> Op[Any]:
+    return (yield call)

@@ -1,0 +1,159 @@
+"""Small pieces of checkpointer semantics shared by every backend.
+
+Keeping them here is what makes the backends agree on the details LangGraph's
+conformance suite does not pin down: metadata merging, filter equality, version numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS, CheckpointMetadata
+
+from statekeeper._storage.json import json_equal
+from statekeeper._storage.payload import check_id
+from statekeeper.errors import ConfigurationError, SerializationError
+
+__all__ = [
+    "PRUNE_STRATEGIES",
+    "before_id",
+    "check_prune_strategy",
+    "checkpoint_config",
+    "dump_metadata",
+    "list_scope",
+    "location",
+    "matches",
+    "merged_metadata",
+    "next_version",
+    "version_key",
+]
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def location(config: RunnableConfig) -> tuple[str, str, str | None]:
+    """Return ``(thread_id, checkpoint_ns, checkpoint_id or None)`` from a config, validated."""
+    configurable = config.get("configurable") or {}
+    if "thread_id" not in configurable:
+        raise ConfigurationError(
+            'the config has no thread_id; pass {"configurable": {"thread_id": "..."}}'
+        )
+    thread_id = check_id(configurable["thread_id"], "thread_id")
+    checkpoint_ns = check_id(
+        configurable.get("checkpoint_ns") or "", "checkpoint_ns", allow_empty=True
+    )
+    checkpoint_id = configurable.get("checkpoint_id")
+    if checkpoint_id is not None:
+        checkpoint_id = check_id(checkpoint_id, "checkpoint_id")
+    return thread_id, checkpoint_ns, checkpoint_id
+
+
+def list_scope(config: RunnableConfig | None) -> tuple[str | None, str | None, str | None]:
+    """What ``list(config)`` is narrowed to: ``(thread_id, checkpoint_ns, checkpoint_id)``,
+    each ``None`` when not given (no config: every thread; no ``checkpoint_ns`` key: every
+    namespace of the thread; ``""`` is the root namespace only)."""
+    if config is None:
+        return None, None, None
+    thread_id, _, checkpoint_id = location(config)
+    ns = config["configurable"].get("checkpoint_ns")
+    if ns is not None:
+        ns = check_id(ns, "checkpoint_ns", allow_empty=True)
+    return thread_id, ns, checkpoint_id
+
+
+def before_id(before: RunnableConfig | None) -> str | None:
+    """The checkpoint id ``list(before=...)`` lists strictly below, if any (any thread)."""
+    if before is None:
+        return None
+    return location({"configurable": {"thread_id": "-", **before["configurable"]}})[2]
+
+
+def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    """The config that names one stored checkpoint, as ``put`` returns it."""
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def check_prune_strategy(strategy: str) -> None:
+    """Raise :class:`ConfigurationError` unless ``strategy`` is one of PRUNE_STRATEGIES."""
+    if strategy not in PRUNE_STRATEGIES:
+        raise ConfigurationError(
+            f"unknown prune strategy {strategy!r}; use one of {', '.join(PRUNE_STRATEGIES)}"
+        )
+
+
+def merged_metadata(config: RunnableConfig, metadata: CheckpointMetadata) -> dict[str, Any]:
+    """The metadata to store: ``metadata`` plus scalar entries of the config's
+    ``metadata``/``configurable`` (as LangGraph's savers do), without the transient
+    ``writes`` key. Unlike LangGraph's helper, string values are kept exactly (NUL too)."""
+    merged: dict[str, Any] = dict(metadata)
+    merged.pop("writes", None)
+    for source in (config.get("metadata"), config.get("configurable")):
+        if not source:
+            continue
+        for key, value in source.items():
+            if key in merged or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
+                continue
+            if isinstance(value, _SCALARS):
+                merged[key] = value
+    return merged
+
+
+_SCALARS = (str, int, float, bool)
+# What json.dumps(sort_keys=True, ensure_ascii=True, allow_nan=False) builds per call;
+# encode() keeps no state between calls, so one encoder serves every thread.
+_METADATA_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=True, allow_nan=False)
+
+
+def dump_metadata(metadata: dict[str, Any]) -> str:
+    """Metadata as canonical JSON text (sorted keys, ASCII, so any string survives).
+
+    Raises:
+        SerializationError: a value is not JSON (NaN, a datetime, an object...).
+    """
+    try:
+        return _METADATA_JSON.encode(metadata)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"checkpoint metadata must be JSON (str, int, float, bool, None, lists and "
+            f"dicts of them): {exc}"
+        ) from exc
+
+
+def matches(metadata: dict[str, Any], filter: dict[str, Any]) -> bool:
+    """Filter equality: every key's value equals the query value as JSON values do.
+
+    Unlike Python's ``==``, ``True`` does not equal ``1`` and ``0`` does not equal ``False``;
+    a missing key behaves as ``None`` (as in LangGraph's ``InMemorySaver``).
+    """
+    return all(json_equal(metadata.get(key), value) for key, value in filter.items())
+
+
+def version_key(version: str | int | float) -> str:
+    """A version as stored text: JSON keeps ``1``, ``1.0`` and ``"1"`` apart, so versions
+    of any type map to distinct keys."""
+    return json.dumps(version)
+
+
+def next_version(current: str | int | float | None) -> str:
+    """The version after ``current``: ``"<32-digit counter>.<16-digit random>"``.
+
+    The counter makes versions strictly increasing; the random part keeps two forks of
+    one checkpoint from producing the same version for different values (values are
+    stored once per version). Accepts ints and floats from other savers.
+    """
+    if current is None:
+        counter = 0
+    elif isinstance(current, int | float):
+        counter = int(current)
+    else:
+        counter = int(current.split(".", 1)[0])
+    return f"{counter + 1:032}.{random.random():016}"  # noqa: S311 - not a secret

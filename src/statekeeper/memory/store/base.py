@@ -1,0 +1,285 @@
+"""What every statekeeper memory store shares: options, validation, embeddings, the sync
+and async API. A backend only runs a checked, encoded batch (:meth:`MemoryStore._run`).
+
+Times are Unix seconds read once per batch (:func:`clock`), so every operation of a batch
+sees the same instant: an item expired for one of them is expired for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import ClassVar, Self
+
+from langchain_core.embeddings import Embeddings
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    InvalidNamespaceError,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchOp,
+    TTLConfig,
+    ensure_embeddings,
+    validate_op_namespace,
+)
+
+from statekeeper.errors import ConfigurationError
+from statekeeper.memory import _lexical
+from statekeeper.memory.store.search import check_list, check_page
+from statekeeper.memory.store.values import (
+    Fields,
+    check_filter,
+    check_text,
+    encode_value,
+    indexed_texts,
+    pack_vector,
+    parse_fields,
+    unpack_vector,
+)
+
+__all__ = ["MemoryStore", "Plan", "Step", "Write", "clock", "stamp"]
+
+_TTL_KEYS = ("default_ttl", "refresh_on_read", "omit_expired", "sweep_interval_minutes")
+
+
+def clock() -> float:
+    """Now, in Unix seconds: the one clock of every store's stamps and expiry."""
+    return time.time()
+
+
+def stamp(now: float) -> str:
+    """``now`` as a stored timestamp: ISO 8601 in UTC, fixed width (32 characters), so
+    text order is time order."""
+    return datetime.fromtimestamp(now, UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True)
+class Write:
+    """A put or delete, validated and encoded before any lock is taken."""
+
+    namespace: tuple[str, ...]
+    key: str
+    value: str | None  # the value as JSON; None deletes the item
+    ttl: float | None  # minutes
+    terms: tuple[str, ...]  # normalised terms of the indexed text, repeats kept
+    vectors: tuple[tuple[str, bytes], ...]  # (path, packed embedding)
+
+
+Step = Write | GetOp | SearchOp | ListNamespacesOp
+
+
+@dataclass
+class Plan:
+    """A batch ready to run: puts encoded, and the texts and queries to embed."""
+
+    steps: list[Step] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # every put's indexed texts, in order
+    to_embed: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)  # step, paths
+    queries: list[str] = field(default_factory=list)  # distinct non-blank queries
+    query_vectors: dict[str, tuple[float, ...]] = field(default_factory=dict)
+
+    @property
+    def wants_embeddings(self) -> bool:
+        return bool(self.texts or self.queries)
+
+    @property
+    def writes(self) -> list[Write]:
+        return [step for step in self.steps if isinstance(step, Write)]
+
+    def embedded(
+        self,
+        documents: Sequence[Sequence[float]],
+        queries: Sequence[Sequence[float]],
+        dims: int | None,
+    ) -> Plan:
+        """This plan with the embeddings of its texts and queries attached."""
+        if len(documents) != len(self.texts) or len(queries) != len(self.queries):
+            raise ConfigurationError(
+                "the embedding model returned a different number of vectors than texts"
+            )
+        steps = list(self.steps)
+        vectors = iter(documents)
+        for index, paths in self.to_embed:
+            step = steps[index]
+            assert isinstance(step, Write)
+            packed = tuple((path, pack_vector(next(vectors), dims)) for path in paths)
+            steps[index] = replace(step, vectors=packed)
+        query_vectors = {
+            query: unpack_vector(pack_vector(vector, dims))
+            for query, vector in zip(self.queries, queries, strict=True)
+        }
+        return replace(self, steps=steps, query_vectors=query_vectors)
+
+
+class MemoryStore(BaseStore):
+    """A LangGraph store whose search scores are the normalised relevance of
+    ``docs/memory-store.md``. Subclasses run checked batches (:meth:`_run`), delete
+    expired items (:meth:`_sweep`) and close (:meth:`close`).
+
+    Guarantees of every subclass: operations run in order, a later one seeing an earlier
+    one; a batch is validated (values, keys, namespaces, filters, embeddings) before its
+    first write, so a refused batch writes nothing; values are stored as JSON and come
+    back equal; namespaces and keys of any unicode text are stored and matched exactly.
+    One object serves the sync and async APIs from any thread.
+    """
+
+    supports_ttl: bool = True
+    #: Search scores are the normalised relevance of ``docs/memory-store.md``: recall
+    #: trusts them as they are instead of scoring the items again.
+    relevance_scores: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        semantic_weight: float = 0.5,
+    ) -> None:
+        if not 0.0 <= semantic_weight <= 1.0:
+            raise ConfigurationError(f"semantic_weight must be in [0, 1], got {semantic_weight}")
+        self.semantic_weight = semantic_weight
+        self.ttl_config = _check_ttl_config(ttl)
+        self.index_config = dict(index) if index is not None else None
+        self.embeddings, self._dims, self._fields = _check_index(index)
+
+    def close(self) -> None:
+        """Release the storage. Idempotent; later calls raise StorageError."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order; results in the same order."""
+        plan = self._plan(ops)
+        if self.embeddings is None or not plan.wants_embeddings:
+            return self._run(plan, clock())
+        documents = self.embeddings.embed_documents(plan.texts) if plan.texts else []
+        queries = [self.embeddings.embed_query(q) for q in plan.queries]
+        return self._run(plan.embedded(documents, queries, self._dims), clock())
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch` for asyncio: embeddings are awaited, the storage work runs in a
+        worker thread (the same code as :meth:`batch`), so the event loop never waits."""
+        plan = self._plan(ops)
+        if self.embeddings is not None and plan.wants_embeddings:
+            documents = await self.embeddings.aembed_documents(plan.texts) if plan.texts else []
+            queries = [await self.embeddings.aembed_query(q) for q in plan.queries]
+            plan = plan.embedded(documents, queries, self._dims)
+        return await asyncio.to_thread(lambda: self._run(plan, clock()))
+
+    def sweep_ttl(self) -> int:
+        """Delete every expired item now; return how many."""
+        return self._sweep(clock())
+
+    def _run(self, plan: Plan, now: float) -> list[Result]:
+        raise NotImplementedError
+
+    def _sweep(self, now: float) -> int:
+        raise NotImplementedError
+
+    def _plan(self, ops: Iterable[Op]) -> Plan:
+        # Validation and encoding happen here, before any lock is taken.
+        plan = Plan()
+        for op in ops:
+            if isinstance(op, PutOp):
+                plan.steps.append(self._write(op, plan))
+            elif isinstance(op, GetOp | SearchOp | ListNamespacesOp):
+                validate_op_namespace(op)
+                if isinstance(op, GetOp):
+                    check_text(op.key, "key")
+                elif isinstance(op, SearchOp):
+                    _check_search(op)
+                    if op.query and op.query.strip() and op.query not in plan.queries:
+                        plan.queries.append(op.query)
+                else:
+                    check_list(op)
+                plan.steps.append(op)
+            else:
+                raise ConfigurationError(f"unknown store operation: {op!r}")
+        return plan
+
+    def _write(self, op: PutOp, plan: Plan) -> Write:
+        validate_op_namespace(op)
+        check_text(op.key, "key")
+        if op.value is None:
+            return Write(op.namespace, op.key, None, None, (), ())
+        if not op.namespace or op.namespace[0] == "langgraph":
+            raise InvalidNamespaceError(
+                f"cannot put into namespace {op.namespace!r}: it must have at least one "
+                "label and its first label cannot be 'langgraph'"
+            )
+        if op.ttl is not None and not (
+            isinstance(op.ttl, int | float) and math.isfinite(op.ttl) and op.ttl > 0
+        ):
+            raise ConfigurationError(f"ttl must be a number of minutes > 0, got {op.ttl!r}")
+        value = encode_value(op.value)
+        texts: list[tuple[str, str]] = []
+        if op.index is not False:
+            fields = self._fields if op.index is None else parse_fields(op.index)
+            texts = indexed_texts(op.value, fields)
+        terms = tuple(_lexical.terms("\n".join(text for _, text in texts)))
+        plan.to_embed.append((len(plan.steps), tuple(path for path, _ in texts)))
+        plan.texts.extend(text for _, text in texts)
+        return Write(op.namespace, op.key, value, op.ttl, terms, ())
+
+
+def _check_search(op: SearchOp) -> None:
+    check_page(op.limit, op.offset)
+    if op.query is not None and not isinstance(op.query, str):
+        raise ConfigurationError(f"a search query must be text, got {op.query!r}")
+    if op.filter is not None:
+        check_filter(op.filter)
+
+
+def _check_index(
+    index: IndexConfig | None,
+) -> tuple[Embeddings | None, int | None, Fields | None]:
+    if index is None:
+        return None, None, None
+    if not isinstance(index, Mapping):
+        raise ConfigurationError(
+            f"index must be a mapping (LangGraph's IndexConfig), got {index!r}"
+        )
+    fields = parse_fields(index.get("fields"))
+    dims = index.get("dims")
+    if dims is not None and (not isinstance(dims, int) or dims < 1):
+        raise ConfigurationError(f"index dims must be a positive integer, got {dims!r}")
+    embed = index.get("embed")
+    if embed is None:
+        return None, dims, fields
+    try:
+        return ensure_embeddings(embed), dims, fields
+    except ValueError as exc:
+        raise ConfigurationError(f"cannot use the index's embed: {exc}") from exc
+
+
+def _check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
+    if ttl is None:
+        return None
+    unknown = [key for key in ttl if key not in _TTL_KEYS]
+    if unknown:
+        raise ConfigurationError(f"unknown ttl option(s) {unknown}; known: {', '.join(_TTL_KEYS)}")
+    default = ttl.get("default_ttl")
+    if default is not None and not (
+        isinstance(default, int | float) and math.isfinite(default) and default > 0
+    ):
+        raise ConfigurationError(f"default_ttl must be minutes > 0, got {default!r}")
+    return ttl

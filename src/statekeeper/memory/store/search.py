@@ -1,0 +1,165 @@
+"""Search rules every memory store shares, whatever holds its items (see
+``docs/memory-store.md``): the checks of a page, the lexical and semantic parts of a
+score and how they mix and rank, and which namespaces ``list_namespaces`` returns.
+
+A store finds its candidates its own way (FTS5 on SQLite, a scan of the items under the
+prefix on files and Redis) and hands them here, so a given collection of items gets the
+same scores on every backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
+
+from langgraph.store.base import ListNamespacesOp, MatchCondition
+
+from statekeeper.errors import ConfigurationError
+from statekeeper.memory._lexical import coverage, weights
+from statekeeper.memory.store.values import cosine, unpack_vector
+
+__all__ = [
+    "bm25",
+    "check_list",
+    "check_page",
+    "lexical_scores",
+    "literal_prefix",
+    "rank",
+    "select_namespaces",
+    "similarity",
+]
+
+K = TypeVar("K", bound=Hashable)
+
+# FTS5's bm25() parameters: backends without FTS5 order equal scores the way SQLite does.
+_K1 = 1.2
+_B = 0.75
+_MIN_IDF = 1e-6
+
+
+def check_page(limit: int, offset: int) -> None:
+    """Refuse a negative ``limit`` or ``offset`` (a slice would count them from the end)."""
+    if not isinstance(limit, int) or limit < 0 or not isinstance(offset, int) or offset < 0:
+        raise ConfigurationError(
+            f"limit and offset must be integers >= 0, got limit={limit!r}, offset={offset!r}"
+        )
+
+
+def lexical_scores(
+    wanted: Sequence[str], n_docs: int, found: Mapping[K, Collection[str]]
+) -> dict[K, float]:
+    """The lexical score of each item in ``found`` (item -> its terms that are query
+    terms), over ``n_docs`` live items under the searched prefix: document frequencies
+    are counted among ``found``, which must hold every item with a query term."""
+    doc_freq = {term: sum(term in terms for terms in found.values()) for term in wanted}
+    term_weights = weights(wanted, n_docs, doc_freq)
+    return {item: coverage(term_weights, terms) for item, terms in found.items()}
+
+
+def similarity(query_vector: Sequence[float], blobs: Iterable[bytes]) -> float:
+    """``max(0, cosine)`` of the best-matching stored embedding, in [0, 1]; 0 for none."""
+    best = 0.0
+    for blob in blobs:
+        best = max(best, min(max(cosine(query_vector, unpack_vector(blob)), 0.0), 1.0))
+    return best
+
+
+def rank(
+    order: Sequence[K],
+    lexical: Mapping[K, float],
+    semantic: Mapping[K, float] | None,
+    semantic_weight: float,
+    keep: Callable[[K], bool],
+) -> list[tuple[K, float]]:
+    """Score the candidates and sort them best first.
+
+    ``order`` holds every candidate once: the lexical matches in BM25 order, then the
+    items only embeddings found, newest first. Without ``semantic`` the score is the
+    lexical one; with it, ``(1 - w) * lexical + w * semantic``. Items scoring 0 or that
+    ``keep`` refuses (the filter) are dropped; equal scores keep ``order``.
+    """
+    if semantic is None:
+        scores = {item: lexical.get(item, 0.0) for item in order}
+    else:
+        scores = {
+            item: (1.0 - semantic_weight) * lexical.get(item, 0.0)
+            + semantic_weight * semantic.get(item, 0.0)
+            for item in order
+        }
+    ranked = [(item, scores[item]) for item in order if scores[item] > 0.0 and keep(item)]
+    ranked.sort(key=lambda pair: -pair[1])  # stable: equal scores keep the order given
+    return ranked
+
+
+def bm25(wanted: Collection[str], docs: Mapping[K, Sequence[str]]) -> dict[K, float]:
+    """FTS5's ``bm25()``, as a positive number (higher is better), of each of ``docs``
+    (every indexed item under the prefix -> its terms, repeats kept) for the query terms
+    ``wanted``. It only orders items of equal score, as FTS5 does on SQLite."""
+    if not docs:
+        return {}
+    n = len(docs)
+    average = max(sum(len(terms) for terms in docs.values()) / n, 1.0)
+    idf = {}
+    for term in wanted:
+        having = sum(term in terms for terms in docs.values())
+        idf[term] = max(math.log((n - having + 0.5) / (having + 0.5)), _MIN_IDF)
+    result = {}
+    for item, terms in docs.items():
+        scale = _K1 * (1.0 - _B + _B * len(terms) / average)
+        total = 0.0
+        for term in wanted:
+            freq = terms.count(term)
+            if freq:
+                total += idf[term] * freq * (_K1 + 1.0) / (freq + scale)
+        result[item] = total
+    return result
+
+
+# -- list_namespaces -------------------------------------------------------------------------
+
+
+def check_list(op: ListNamespacesOp) -> None:
+    """Refuse unknown match types, a bad page or a ``max_depth`` below 1."""
+    for condition in op.match_conditions or ():
+        if condition.match_type not in ("prefix", "suffix"):
+            raise ConfigurationError(
+                f"unknown namespace match type {condition.match_type!r}; use 'prefix' or 'suffix'"
+            )
+    check_page(op.limit, op.offset)
+    if op.max_depth is not None and op.max_depth < 1:
+        raise ConfigurationError(f"max_depth must be at least 1, got {op.max_depth!r}")
+
+
+def literal_prefix(op: ListNamespacesOp) -> tuple[str, ...]:
+    """The labels before the first wildcard of the first prefix condition: every
+    namespace ``op`` returns is under it, so a store may read only that part."""
+    for condition in op.match_conditions or ():
+        if condition.match_type == "prefix":
+            path = tuple(condition.path)
+            return path[: path.index("*")] if "*" in path else path
+    return ()
+
+
+def select_namespaces(
+    found: Iterable[tuple[str, ...]], op: ListNamespacesOp
+) -> list[tuple[str, ...]]:
+    """Of the namespaces holding live items, those meeting every condition, truncated to
+    ``max_depth`` labels, distinct, sorted, then paged by ``offset`` and ``limit``."""
+    conditions = tuple(op.match_conditions or ())
+    kept = {
+        ns[: op.max_depth] if op.max_depth is not None else ns
+        for ns in found
+        if all(_matches(condition, ns) for condition in conditions)
+    }
+    return sorted(kept)[op.offset : op.offset + op.limit]
+
+
+def _matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    path = tuple(condition.path)
+    if not path:
+        return True
+    if len(namespace) < len(path):
+        return False
+    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[-len(path) :]
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))

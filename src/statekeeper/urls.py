@@ -1,0 +1,202 @@
+"""Storage URLs (``scheme://...``) and the one registry of the backends that serve them.
+
+:data:`BACKENDS` is the only place that maps URL schemes to storage backends: both
+:func:`statekeeper.checkpointers.open_checkpointer` and
+:func:`statekeeper.memory.store.open_store` read it, and a backend's package is imported
+only when one of its schemes is opened (so ``import statekeeper`` imports no driver).
+
+A leaf module: it imports nothing from statekeeper except :mod:`statekeeper.errors`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from statekeeper.errors import ConfigurationError
+
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "StorageURL",
+    "backend_class",
+    "parse_options",
+    "parse_url",
+    "redact",
+    "schemes",
+]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A storage technology: the package ``statekeeper.backends.<name>``, the URL schemes
+    it serves, and the names of its classes. The checkpointer class lives in the module
+    ``<package>.checkpointer``, the memory store class in ``<package>.store``; each has a
+    ``from_url(url, options)`` class method."""
+
+    name: str
+    schemes: tuple[str, ...]
+    checkpointer: str | None = None
+    store: str | None = None
+
+    @property
+    def package(self) -> str:
+        return f"statekeeper.backends.{self.name}"
+
+
+# One line per backend; a new backend adds its line here (see docs/design.md).
+BACKENDS: tuple[Backend, ...] = (
+    Backend("sqlite", ("memory", "sqlite"), "SqliteCheckpointer", "SqliteStore"),
+    Backend("file", ("file",), "FileCheckpointer", "FileStore"),
+    Backend(
+        "redis",
+        ("redis", "rediss", "redis+cluster", "rediss+cluster"),
+        "RedisCheckpointer",
+        "RedisStore",
+    ),
+)
+
+Component = Literal["checkpointer", "store"]
+
+
+def schemes(component: Component) -> list[str]:
+    """The URL schemes that open a ``component``, in registry order."""
+    return [s for b in BACKENDS if getattr(b, component) for s in b.schemes]
+
+
+def backend_class(
+    component: Component, *, scheme: str | None = None, name: str | None = None
+) -> Any:
+    """The class serving ``component`` for a URL ``scheme``, or the class called ``name``;
+    imports its module (and with it the backend's driver) on first use.
+
+    Raises:
+        ConfigurationError: the backend's driver is not installed (the message says what
+            to install).
+        LookupError: no backend serves that scheme, or no class has that name.
+    """
+    for backend in BACKENDS:
+        class_name = getattr(backend, component)
+        if class_name and (scheme in backend.schemes or name == class_name):
+            module = importlib.import_module(f"{backend.package}.{component}")
+            return getattr(module, class_name)
+    raise LookupError(scheme or name)
+
+
+@dataclass(frozen=True)
+class StorageURL:
+    """A parsed storage URL.
+
+    ``path`` is the percent-decoded path exactly as written after the authority (for
+    ``sqlite:///a.db`` it is ``/a.db``); backends decide what it means.
+    """
+
+    raw: str
+    scheme: str
+    netloc: str
+    path: str
+    options: dict[str, str] = field(default_factory=dict)
+
+
+def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
+    """Split ``url`` into scheme, authority, path and query options.
+
+    Raises:
+        ConfigurationError: ``url`` is not a string, has no ``scheme://``, names a scheme
+            not in ``known_schemes``, or repeats a query option.
+    """
+    known = ", ".join(f"{s}://" for s in known_schemes)
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"not a storage URL: {redact(url)!r}; expected scheme://..., one of: {known}"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"malformed storage URL {redact(url)!r}: {exc}") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in known_schemes:
+        raise ConfigurationError(
+            f"unknown storage scheme {scheme + '://'!r} in {redact(url)!r}; known schemes: {known}"
+        )
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in options:
+            raise ConfigurationError(f"option {key!r} is given twice in {redact(url)!r}")
+        options[key] = value
+    return StorageURL(
+        raw=url, scheme=scheme, netloc=parts.netloc, path=unquote(parts.path), options=options
+    )
+
+
+def redact(url: object) -> str:
+    """Return ``url`` as text with any password replaced by ``***`` (safe for messages).
+
+    A password holding characters that end the authority when not percent-encoded
+    (``#``, ``?``, ``/``) defeats URL parsing, so the fallback hides everything between
+    the user name and the last ``@`` after ``scheme://``: more than needed, never less.
+    """
+    text = str(url)
+    try:
+        parts = urlsplit(text)
+        if parts.password is not None:
+            userinfo, _, hostinfo = parts.netloc.rpartition("@")
+            user = userinfo.split(":", 1)[0]
+            return parts._replace(netloc=f"{user}:***@{hostinfo}").geturl()
+    except ValueError:
+        pass
+    scheme, separator, rest = text.partition("://")
+    userinfo, at, after = rest.rpartition("@")
+    if not separator or not at or ":" not in userinfo:
+        return text
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{after}"
+
+
+def parse_options(
+    backend: str,
+    known: Mapping[str, type],
+    url_options: Mapping[str, str],
+    keyword_options: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Merge a URL's query options (text, converted to ``known[name]``) with keyword
+    options (taken as given); keywords win.
+
+    Raises:
+        ConfigurationError: an option is unknown, or its text is not of its type.
+    """
+    merged: dict[str, Any] = {}
+    for name, text in url_options.items():
+        kind = _known(backend, known, name)
+        merged[name] = _convert(name, kind, text)
+    for name, value in keyword_options.items():
+        _known(backend, known, name)
+        merged[name] = value
+    return merged
+
+
+def _known(backend: str, known: Mapping[str, type], name: str) -> type:
+    if name not in known:
+        raise ConfigurationError(
+            f"unknown {backend} option {name!r}; known options: {', '.join(known)}"
+        )
+    return known[name]
+
+
+def _convert(name: str, kind: type, text: str) -> Any:
+    if kind is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigurationError(f"option {name} must be true or false, got {text!r}")
+    if kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            raise ConfigurationError(f"option {name} must be a number, got {text!r}") from None
+    if kind is str:
+        return text
+    raise ConfigurationError(f"option {name} cannot be set in a URL; pass it as a keyword")
