@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from statekeeper.urls import BACKENDS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MODULES = sorted(SRC.rglob("*.py"))
@@ -25,9 +28,9 @@ def _package(path: Path) -> str:
     return dotted if path.name == "__init__.py" else dotted.rpartition(".")[0]
 
 
-def _imported(path: Path) -> set[str]:
-    """Every statekeeper module ``path`` imports, by dotted name (``from a import b``
-    counts ``a.b`` when ``b`` is a module)."""
+def _imported(path: Path, root: str = "statekeeper") -> set[str]:
+    """Every module under ``root`` that ``path`` imports, by dotted name (``from a import
+    b`` counts ``a.b`` when ``b`` is a module)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -38,7 +41,7 @@ def _imported(path: Path) -> set[str]:
                 candidate = SRC.joinpath(*node.module.split("."), alias.name)
                 if candidate.with_suffix(".py").exists() or candidate.is_dir():
                     found.add(f"{node.module}.{alias.name}")
-    return {name for name in found if name.split(".")[0] == "statekeeper"}
+    return {name for name in found if name.split(".")[0] == root}
 
 
 def _private_owner(module: str) -> str | None:
@@ -79,3 +82,11 @@ def test_private_modules_stay_inside_their_package(path: Path) -> None:
         and not (importer == owner or importer.startswith(owner + "."))
     )
     assert leaks == []
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b.driver], ids=lambda b: b.name)
+def test_a_driver_is_imported_only_inside_its_backend(backend: Any) -> None:
+    importers = sorted(_dotted(path) for path in MODULES if _imported(path, root=backend.driver))
+    assert importers, f"no module imports {backend.driver}: is the registry right?"
+    outside = [m for m in importers if not (m + ".").startswith(backend.package + ".")]
+    assert outside == []
