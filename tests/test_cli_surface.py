@@ -1,0 +1,85 @@
+"""The surface of the ``statekeeper`` command: which commands exist, in which order
+``--help`` lists them, and which arguments each takes. A change here is a change to what
+users type and scripts call, so it must show up as a deliberate diff of this file (and of
+docs/cli.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+from statekeeper.cli import build_parser
+
+# every command and every memory command, in --help order: its positional arguments in
+# order, then its options sorted; -h/--help, --db and --json are everywhere (checked below)
+SURFACE = {
+    "run": "graph --input --thread",
+    "resume": "thread --answer --graph",
+    "threads": "--limit",
+    "history": "thread --limit --ns",
+    "show": "thread --checkpoint --ns",
+    "diff": "thread FROM TO --ns",
+    "fork": "thread checkpoint --to",
+    "copy": "SRC_URL DST_URL --thread",
+    "export": "--thread -o/--output",
+    "import": "FILE",
+    "prune": "THREAD --all --strategy",
+    "verify": "--quarantine",
+    "migrate": "THREAD --all --graph",
+    "memory": "COMMAND",
+    "memory search": (
+        "query --as-of --include-expired --k --max-age --min-score --namespace --store --thread"
+    ),
+    "memory show": "key --namespace --store --thread",
+    "memory stats": "--since --store --thread --until --window",
+    "memory export": "--namespace --store --thread -o/--output",
+    "memory eval": "DATASET.json --budget --k --min-score --store",
+    "demo": "--graph --redis --workdir",
+}
+
+EVERYWHERE = {"-h/--help", "--db", "--json"}
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return {
+        name: sub
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    }
+
+
+def _commands(
+    parser: argparse.ArgumentParser, prefix: str = ""
+) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for name, sub in _subcommands(parser).items():
+        found[prefix + name] = sub
+        found.update(_commands(sub, f"{prefix}{name} "))
+    return found
+
+
+def _arguments(parser: argparse.ArgumentParser) -> tuple[list[str], set[str]]:
+    positionals = [
+        str(action.metavar or action.dest)
+        for action in parser._actions
+        if not action.option_strings
+    ]
+    options = {
+        "/".join(action.option_strings) for action in parser._actions if action.option_strings
+    }
+    return positionals, options
+
+
+def test_the_commands_and_their_arguments_are_the_documented_ones() -> None:
+    commands = _commands(build_parser())
+    assert list(commands) == list(SURFACE)
+    for name, sub in commands.items():
+        positionals, options = _arguments(sub)
+        assert options >= EVERYWHERE, name
+        shown = " ".join([*positionals, *sorted(options - EVERYWHERE)])
+        assert shown == SURFACE[name], name
+
+
+def test_the_top_level_takes_only_the_global_options() -> None:
+    positionals, options = _arguments(build_parser())
+    assert (positionals, options) == (["COMMAND"], EVERYWHERE)
