@@ -6,6 +6,8 @@ docs/cli.md)."""
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 
 from statekeeper.cli import build_parser
 
@@ -83,3 +85,17 @@ def test_the_commands_and_their_arguments_are_the_documented_ones() -> None:
 def test_the_top_level_takes_only_the_global_options() -> None:
     positionals, options = _arguments(build_parser())
     assert (positionals, options) == (["COMMAND"], EVERYWHERE)
+
+
+def test_help_imports_no_command_s_dependencies() -> None:
+    """``statekeeper --help`` stays fast: building the parser imports what the commands
+    run (graphs, transfer, memory) only when a command runs."""
+    code = (
+        "import sys\n"
+        "from statekeeper.cli import build_parser\n"
+        "build_parser().format_help()\n"
+        "heavy = ('statekeeper.graphs', 'statekeeper.transfer', 'statekeeper.memory')\n"
+        "print(sorted(name for name in sys.modules if name.startswith(heavy)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
