@@ -12,6 +12,7 @@ JSON with ``--json``. Progress bars and errors go to stderr. Exit codes (:data:`
  4    busy: another run holds the thread
  5    refused: the target thread exists, or there is nothing to resume
  10   interrupted: the run waits at an ``interrupt()``; answer with ``resume --answer``
+ 130  stopped by Ctrl-C (SIGINT)
 ====  ==========================================================================
 
 Each command lives in the module of its kind, its arguments next to its handler:
