@@ -1,9 +1,9 @@
 """What every command shares: how it is added to the parser, how it opens ``--db``, how
 it prints its result, and which exit code each error means.
 
-Only the standard library and :mod:`statekeeper.errors` are imported here (and by the
-command modules at import time): ``statekeeper --help`` builds every parser, and must not
-pay for what the commands run.
+``statekeeper --help`` builds every command's parser, so what a command runs (graphs,
+transfer, memory) is imported inside its handler, never when its module is imported;
+tests/test_cli_surface.py checks that.
 """
 
 from __future__ import annotations
