@@ -220,7 +220,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_draws_on_a_terminal_only() -> None:
-    from statekeeper.cli._console import Progress
+    from statekeeper._console import Progress
 
     terminal = _Terminal()
     bar = Progress("copy", terminal)
@@ -277,7 +277,7 @@ class _Record:
 
 
 def test_jsonable_turns_stored_values_into_plain_json() -> None:
-    from statekeeper.cli._console import jsonable
+    from statekeeper._console import jsonable
 
     when = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.UTC)
     assert jsonable({1: (None, True, 2.5, "x"), "set": frozenset({3})}) == {

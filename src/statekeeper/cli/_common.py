@@ -12,7 +12,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from statekeeper.cli import _console
+from statekeeper import _console
 from statekeeper.errors import (
     AnswerRequiredError,
     ConfigurationError,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from statekeeper.cli import _console
+from statekeeper import _console
 from statekeeper.cli._common import (
     EXIT,
     CommandError,

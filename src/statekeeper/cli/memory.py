@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from statekeeper.cli import _console
+from statekeeper import _console
 from statekeeper.cli._common import EXIT, CommandError, Commands, Handler
 from statekeeper.errors import ConfigurationError
 

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from statekeeper.cli import _console
+from statekeeper import _console
 from statekeeper.cli._common import (
     EXIT,
     CommandError,

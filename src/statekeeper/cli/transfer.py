@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from statekeeper.cli import _console
+from statekeeper import _console
 from statekeeper.cli._common import EXIT, CommandError, Commands, emit, open_saver, plural
 from statekeeper.urls import redact
 

@@ -1,7 +1,8 @@
-"""Terminal output for the CLI: aligned tables, JSON for anything stored, a progress bar.
+"""Terminal output: aligned tables, JSON for anything stored, a progress bar.
 
-Nothing here decides what to show; the commands of :mod:`statekeeper.cli` do. Output goes to stdout,
-progress and diagnostics to stderr, so ``--json`` output can always be piped.
+Shared by the CLI and text reports (``statekeeper.memory.eval.render``). Nothing here
+decides what to show; the callers do. Output goes to stdout, progress and diagnostics to
+stderr, so ``--json`` output can always be piped.
 """
 
 from __future__ import annotations
