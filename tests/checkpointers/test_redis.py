@@ -595,6 +595,86 @@ def test_expired_threads_disappear_everywhere(url: str, client: redis.Redis) -> 
         assert client.zrange(f"{prefix_of(url)}:threads", 0, -1) == [b"forever"]  # swept
 
 
+# -- listing scopes ----------------------------------------------------------------------
+
+LIST_IDS = [f"1ef00000-0000-6000-8000-{i:012d}" for i in range(1, 13)]
+
+
+def _listing_history(saver: Any) -> None:
+    """Checkpoints in two threads and two namespaces each; one id in both namespaces."""
+    for i, checkpoint_id in enumerate(LIST_IDS):
+        places = [("ab"[i % 2], "" if i % 3 else "sub")]
+        if i == 3:
+            places.append(("b", ""))  # the same id in the other namespace of thread b
+        for thread_id, ns in places:
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = checkpoint_id
+            checkpoint["channel_values"] = {"v": i}
+            checkpoint["channel_versions"] = {"v": f"{i + 1:032}.0"}
+            metadata = {"source": "loop", "step": i, "parity": i % 2, "ns": ns}
+            saver.put(cfg(thread_id, ns), checkpoint, metadata, {"v": f"{i + 1:032}.0"})
+
+
+def _no_ns(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    """A config without ``checkpoint_ns``: every namespace of the thread."""
+    configurable = {"thread_id": thread_id}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def _before(i: int, thread_id: str = "b") -> dict[str, Any]:
+    return {"before": cfg(thread_id, "", LIST_IDS[i])}
+
+
+ONE, ANY_NS = cfg("b", "", LIST_IDS[3]), _no_ns("b", LIST_IDS[3])  # one id, two namespaces
+B3, B3_SUB = ("b", "", 3), ("b", "sub", 3)
+ALL = [
+    *[("b", "", 11), ("a", "", 10), ("b", "sub", 9), ("a", "", 8), ("b", "", 7)],
+    *[("a", "sub", 6), ("b", "", 5), ("a", "", 4), B3_SUB, B3, ("a", "", 2), ("b", "", 1)],
+    ("a", "sub", 0),
+]
+LISTINGS = [  # config, options, what is listed: (thread, namespace, step) newest first
+    pytest.param(None, {}, ALL, id="all"),
+    pytest.param(None, {"limit": 3}, ALL[:3], id="all-limit"),
+    pytest.param(None, _before(7, "a"), ALL[5:], id="all-before"),
+    pytest.param(None, {"filter": {"parity": 0}, "limit": 2}, ALL[1:4:2], id="all-filter"),
+    pytest.param(_no_ns("b"), {}, [t for t in ALL if t[0] == "b"], id="thread"),
+    pytest.param(_no_ns("b"), {"limit": 2, **_before(10)}, ALL[2:5:2], id="thread-page"),
+    pytest.param(_no_ns("b"), {"filter": {"ns": "sub"}}, [ALL[2], B3_SUB], id="thread-filter"),
+    pytest.param(cfg("b", ""), {}, [t for t in ALL if t[:2] == ("b", "")], id="namespace"),
+    pytest.param(cfg("b", "sub"), _before(9), [B3_SUB], id="namespace-before"),
+    pytest.param(cfg("b", ""), {"limit": 1, "filter": {"parity": 1}}, ALL[:1], id="ns-filter"),
+    pytest.param(ONE, {}, [B3], id="one"),
+    pytest.param(ONE, {"filter": {"step": 3}}, [B3], id="one-matching"),
+    pytest.param(ONE, {"filter": {"step": 4}}, [], id="one-not-matching"),
+    pytest.param(ONE, _before(3), [], id="one-not-before"),
+    pytest.param(ONE, _before(4, "x"), [B3], id="one-before"),
+    pytest.param(ANY_NS, {}, [B3_SUB, B3], id="one-id-any-namespace"),
+    pytest.param(ANY_NS, {"limit": 1}, [B3_SUB], id="one-id-limit"),
+    pytest.param(ANY_NS, _before(2), [], id="one-id-not-before"),
+    pytest.param(cfg("b", "", LIST_IDS[0]), {}, [], id="one-elsewhere"),
+    pytest.param(_no_ns("b"), {"limit": 0}, [], id="limit-zero"),
+]
+
+
+@pytest.mark.parametrize(("config", "options", "expected"), LISTINGS)
+def test_every_listing_scope_lists_what_sqlite_lists(
+    url: str, config: dict[str, Any] | None, options: dict[str, Any], expected: list[tuple]
+) -> None:
+    with open_checkpointer(url) as saver, open_checkpointer("memory://") as reference:
+        for each in (saver, reference):
+            _listing_history(each)
+        listed = list(saver.list(config, **options))
+        assert [t.config for t in listed] == [t.config for t in reference.list(config, **options)]
+        assert [
+            (t.config["configurable"]["thread_id"], t.metadata["ns"], t.metadata["step"])
+            for t in listed
+        ] == expected
+        for t in listed:
+            assert t.checkpoint["channel_values"] == {"v": t.metadata["step"]}
+
+
 # -- pending writes and claims ---------------------------------------------------------------
 
 
