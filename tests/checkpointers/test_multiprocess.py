@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -198,6 +199,7 @@ WORKERS = [
 ]
 
 
+@pytest.mark.slow
 def test_processes_share_one_sqlite_file(tmp_path: Path) -> None:
     db = tmp_path / "shared" / "state.db"  # neither the file nor its directory exists yet
     url = f"sqlite:///{db}"

@@ -791,6 +791,7 @@ with saver.claim_thread("t"):
 """
 
 
+@pytest.mark.slow
 def test_a_killed_holders_claim_expires_after_the_ttl(url: str) -> None:
     code = CLAIMER.format(root=str(ROOT), url=url)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -870,6 +871,7 @@ def test_claims_on_a_cluster(cluster_url: str, caplog: pytest.LogCaptureFixture)
 # -- faults ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_dropped_connection_is_retried_and_a_dead_server_is_a_storage_error(
     private: Server,
 ) -> None:
@@ -961,6 +963,7 @@ def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     return len(records)
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_put_leaves_only_complete_checkpoints(url: str, client: Any) -> None:
     code = WRITER.format(root=str(ROOT), url=url)
     rng = random.Random(7)
@@ -1140,6 +1143,7 @@ def worker_main(url: str) -> None:
             print(json.dumps({"thread": thread_id, "final": final}), flush=True)
 
 
+@pytest.mark.slow
 def test_a_killed_workers_thread_is_resumed_by_another_process(url: str) -> None:
     threads = [f"w-{i}" for i in range(4)]
     expected = {
