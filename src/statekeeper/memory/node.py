@@ -19,13 +19,13 @@ from typing import Any, Literal, NotRequired
 from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_store
 from langgraph.graph import MessagesState
 from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
-from statekeeper.memory._runtime import graph_store
 from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
 from statekeeper.memory.metrics import CompactionEvent, log_compaction
 from statekeeper.memory.notes import Note, Provenance
@@ -36,6 +36,7 @@ __all__ = [
     "SummarizationNode",
     "SummaryState",
     "checkpoint_id_of",
+    "graph_store",
     "notes_namespace",
     "with_summary",
 ]
@@ -125,6 +126,27 @@ def with_summary(
         start += 1
     note = SystemMessage(f"{prefix}\n{summary['text']}")
     return [*messages[:start], note, *messages[start:]]
+
+
+def graph_store(store: BaseStore | None, owner: str, purpose: str) -> BaseStore:
+    """``store`` when given, else the running graph's store (``compile(store=...)``): the
+    store a memory node works with.
+
+    Raises:
+        ConfigurationError: neither exists; the message names ``owner`` and ``purpose``.
+    """
+    if store is not None:
+        return store
+    try:
+        found = get_store()
+    except RuntimeError:  # called outside a graph run
+        found = None
+    if found is None:
+        raise ConfigurationError(
+            f"{owner} has no store {purpose}: compile the graph with store=..., or pass "
+            "store=... to the node"
+        )
+    return found
 
 
 def _utcnow() -> datetime.datetime:

@@ -17,8 +17,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory._runtime import graph_store
-from statekeeper.memory.node import notes_namespace
+from statekeeper.memory.node import graph_store, notes_namespace
 from statekeeper.memory.recall import (
     DEFAULT_MIN_SCORE,
     Clock,
