@@ -38,7 +38,7 @@ def _store(args: argparse.Namespace) -> Any:
 
 
 def _namespace(args: argparse.Namespace) -> tuple[str, ...]:
-    from statekeeper.memory import notes_namespace
+    from statekeeper.memory.node import notes_namespace
 
     if args.namespace is not None:
         return tuple(part for part in args.namespace.split("/") if part)
@@ -73,18 +73,19 @@ def _source(provenance: dict[str, Any]) -> str:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from statekeeper.memory import recall
+    from statekeeper.memory import Freshness, Limits, recall
 
     with _store(args) as store:
         hits = recall(
             store,
             _namespace(args),
             args.query,
-            k=args.k,
-            min_score=args.min_score,
-            as_of=_time(args.as_of, "--as-of"),
-            max_age=_duration(args.max_age, "--max-age"),
-            include_expired=args.include_expired,
+            freshness=Freshness(
+                as_of=_time(args.as_of, "--as-of"),
+                max_age=_duration(args.max_age, "--max-age"),
+                include_expired=args.include_expired,
+            ),
+            limits=Limits(k=args.k, min_score=args.min_score),
         )
     rows = [hit.to_dict() for hit in hits]
     if args.json:
@@ -201,17 +202,22 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from statekeeper.memory.eval import evaluate, load_dataset, render
+    from statekeeper.memory import Limits
+    from statekeeper.memory.eval import EvalSettings, evaluate, load_dataset, render
+    from statekeeper.memory.recall import DEFAULT_MIN_SCORE
 
     dataset = load_dataset(args.dataset)
+    floor = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
+    settings = EvalSettings(
+        budget_tokens=args.budget,
+        limits=Limits(k=args.k, min_score=floor),
+        store_url=args.eval_store,
+    )
     bar = _console.Progress("eval")
     try:
         report = evaluate(
             dataset,
-            budget_tokens=args.budget,
-            k=args.k,
-            min_score=args.min_score,
-            store_url=args.eval_store,
+            settings,
             progress=lambda done, total, conversation: bar.update(done, total, conversation),
         )
     finally:
@@ -225,7 +231,7 @@ def add_memory_commands(
     common: argparse.ArgumentParser,
 ) -> None:
     """Add ``search``, ``show``, ``stats``, ``export`` and ``eval`` under ``memory``."""
-    from statekeeper.memory import DEFAULT_MIN_SCORE
+    from statekeeper.memory.recall import DEFAULT_MIN_SCORE
 
     commands = memory.add_subparsers(dest="memory_command", required=True, metavar="COMMAND")
 
