@@ -9,13 +9,11 @@ Then time: only notes that hold at the moment asked about (``as_of``, by default
 recalled, so a superseded or expired note is not; ``max_age`` drops notes said too long
 ago, and ``half_life`` ranks recent notes above older ones of equal relevance.
 
-The knobs come in small frozen option objects, shared with
-:class:`~statekeeper.memory.retrieval.RetrievalNode`: :class:`Limits` (how many notes, how
-relevant, which items) and :class:`Freshness` (the moment and what age does), plus
-:class:`RecallLog` (what the recall's log entry says)::
+The knobs come in frozen option objects, :class:`Limits` (how many notes, how relevant,
+which items) and :class:`Freshness` (the moment, what age does), shared with
+:class:`~statekeeper.memory.retrieval.RetrievalNode`, and :class:`RecallLog`::
 
-    recall(store, ("notes",), "where does Ana live?", limits=Limits(k=3))
-    recall(store, ns, query, freshness=Freshness(as_of=last_week, include_expired=True))
+    recall(store, ns, query, limits=Limits(k=3), freshness=Freshness(as_of=last_week))
 """
 
 from __future__ import annotations
@@ -38,7 +36,16 @@ from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previou
 from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
 from statekeeper.memory.store.values import indexed_texts
 
-__all__ = ["DEFAULT_MIN_SCORE", "Clock", "Freshness", "Hit", "Limits", "RecallLog", "recall"]
+__all__ = [
+    "DEFAULT_MIN_SCORE",
+    "Clock",
+    "Freshness",
+    "Hit",
+    "Limits",
+    "RecallKeywords",
+    "RecallLog",
+    "recall",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -277,7 +284,11 @@ def recall(
         raise ConfigurationError(f"the query must be text, got {query!r}")
     if deprecated:
         moved_keywords("recall", deprecated, _RECALL_MOVED)
-        limits, freshness, log = _options(limits, freshness, log, deprecated)
+        given: dict[str, Any] = dict(deprecated)
+        limits = dataclasses.replace(limits, **picked(given, Limits))
+        freshness = dataclasses.replace(freshness, **picked(given, Freshness))
+        if "thread_id" in given and log:  # as before: log=False records nothing
+            log = RecallLog(thread_id=given["thread_id"])
     window = _Window(freshness.moment(), freshness.include_expired)
     weigh = _Decay(window.at, freshness.max_age, freshness.half_life)
     if not query.strip():
@@ -309,18 +320,6 @@ def moved_keywords(function: str, given: Mapping[str, object], moved: Mapping[st
             DeprecationWarning,
             stacklevel=3,
         )
-
-
-def _options(
-    limits: Limits, freshness: Freshness, log: RecallLog | bool, legacy: RecallKeywords
-) -> tuple[Limits, Freshness, RecallLog | bool]:
-    """The option objects with the deprecated keywords ``legacy`` applied."""
-    given: dict[str, Any] = dict(legacy)
-    limits = dataclasses.replace(limits, **picked(given, Limits))
-    freshness = dataclasses.replace(freshness, **picked(given, Freshness))
-    if "thread_id" in given and log:  # as before: log=False records nothing, for no thread
-        log = RecallLog(thread_id=given["thread_id"])
-    return limits, freshness, log
 
 
 def picked(given: Mapping[str, Any], options: type[Any]) -> dict[str, Any]:
