@@ -27,7 +27,7 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
+from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError, StorageError
 from statekeeper.memory.store import MemoryStore, known_store_schemes, open_store
 from statekeeper.memory.store import base as _store_base
 from tests.memory.conftest import ANA, QUERIES, StoreBackend, put_corpus
@@ -528,7 +528,7 @@ def test_the_store_can_share_a_file_with_the_checkpointer(tmp_path: Path) -> Non
 def test_closed_store_refuses_work(store: MemoryStore) -> None:
     store.close()
     store.close()  # idempotent
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(StorageError, match="closed"):
         store.get(NS, "k")
 
 
