@@ -11,10 +11,10 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory._lexical import score_texts, terms
 from statekeeper.memory.eval import EvalSettings, evaluate, load_dataset
 from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Hit, Limits, recall
 from statekeeper.memory.store import SqliteStore, open_store
+from statekeeper.memory.store.lexical import score_texts, terms
 from tests.memory.conftest import ANA, QUERIES, T0, corpus_notes, make_note, put_corpus
 
 

@@ -31,9 +31,9 @@ from langgraph.store.base import BaseStore, Item
 from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError, SerializationError
-from statekeeper.memory._lexical import score_texts
 from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
 from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
+from statekeeper.memory.store.lexical import score_texts
 from statekeeper.memory.store.values import indexed_texts
 
 __all__ = [
