@@ -30,7 +30,7 @@ from langgraph.store.base import (
 from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError, StorageError
 from statekeeper.memory.store import MemoryStore, known_store_schemes, open_store
 from statekeeper.memory.store import base as _store_base
-from tests.memory.conftest import ANA, QUERIES, StoreBackend, put_corpus
+from tests.memory.conftest import ANA, QUERIES, Backend, put_corpus
 
 NS = ("docs", "u1")
 
@@ -401,7 +401,7 @@ class ConceptEmbeddings(Embeddings):
 
 
 def test_embeddings_find_paraphrases_that_lexical_search_misses(
-    store_backend: StoreBackend, store_url: str
+    store_backend: Backend, store_url: str
 ) -> None:
     url = store_url
     docs = {
@@ -506,7 +506,7 @@ def test_ttl_must_be_positive(store: MemoryStore) -> None:
 # -- lifecycle, persistence, concurrency -------------------------------------------------
 
 
-def test_data_survives_reopen(store_backend: StoreBackend, store_url: str) -> None:
+def test_data_survives_reopen(store_backend: Backend, store_url: str) -> None:
     if not store_backend.persistent:
         pytest.skip(f"{store_backend} keeps nothing after close()")
     with open_store(store_url) as store:
