@@ -29,7 +29,7 @@ from statekeeper.backends.file._namespace import (
     reporting,
 )
 from statekeeper.backends.file._records import Store
-from statekeeper.backends.file._values import Lines, Memo, lines_of, read_value, walk
+from statekeeper.backends.file._values import Known, Lines, Memo, lines_of, read_value, walk
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.checkpointers.semantics import checkpoint_config, matches
 
@@ -103,7 +103,7 @@ def _read_tuple(
             return opened[0](checkpoint_id)
 
         for channel, at in record["values"].items():
-            payload = read_value(n, lines, at, channel, versions[channel], recent, memo)
+            payload = read_value(n, lines, at, channel, versions[channel], Known(recent, memo))
             values[channel] = decode(serde, *payload)
     checkpoint["channel_values"] = values
     parent = entry.parent_id
