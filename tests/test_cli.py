@@ -3,18 +3,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 import io
 import itertools
 import json
 import operator
 import subprocess
 import sys
-from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, NamedTuple, TypedDict
 
 import pytest
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
+from pydantic import BaseModel
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.cli import EXIT, main
@@ -216,7 +220,7 @@ class _Terminal(io.StringIO):
 
 
 def test_progress_bar_draws_on_a_terminal_only() -> None:
-    from statekeeper.cli._console import Progress
+    from statekeeper._console import Progress
 
     terminal = _Terminal()
     bar = Progress("copy", terminal)
@@ -233,3 +237,66 @@ def test_progress_bar_draws_on_a_terminal_only() -> None:
     quiet.update(1, 4)
     quiet.done()
     assert piped.getvalue() == ""
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.StrEnum):
+    HIGH = "high"
+
+
+class _Pair(NamedTuple):
+    left: int
+    right: int
+
+
+@dataclasses.dataclass
+class _Box:
+    size: int
+    made: datetime.date
+
+
+class _Message(BaseModel):  # shaped like a LangChain message, which is a pydantic model
+    type: str
+    content: Any
+    id: str | None = None
+    name: str | None = None
+    tool_calls: list[Any] = []
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+class _Record:
+    def _asdict(self) -> dict[str, Any]:
+        return {"kept": True}
+
+
+def test_jsonable_turns_stored_values_into_plain_json() -> None:
+    from statekeeper._console import jsonable
+
+    when = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.UTC)
+    assert jsonable({1: (None, True, 2.5, "x"), "set": frozenset({3})}) == {
+        "1": [None, True, 2.5, "x"],
+        "set": [3],
+    }
+    # first match decides: a message keeps only its type, content, id and tool calls, even
+    # though it is a pydantic model; a named tuple is a tuple before it is a record
+    assert jsonable(_Message(type="ai", content=[b"\x00"], id="m1")) == {
+        "type": "ai",
+        "content": [{"base64": "AA=="}],
+        "id": "m1",
+    }
+    assert jsonable(_Pair(1, 2)) == [1, 2]
+    assert jsonable(_Record()) == {"kept": True}
+    assert jsonable(_Box(3, when.date())) == {"size": 3, "made": "2026-03-02"}
+    assert jsonable(when) == "2026-03-02T10:00:00+00:00"
+    assert jsonable(_Color.RED) == "red"
+    assert jsonable(_Level.HIGH) is _Level.HIGH  # a str already: JSON writes its value
+    assert jsonable(PurePosixPath("/tmp/x")) == "/tmp/x"
+    assert jsonable(_Box) == repr(_Box)  # the class, not an instance
+    assert jsonable(_Opaque()) == "<opaque>"

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from statekeeper.cli import EXIT, main
-from statekeeper.memory import Note, Provenance, notes_namespace, open_store
+from statekeeper.memory.node import notes_namespace
+from statekeeper.memory.notes import Note, Provenance
+from statekeeper.memory.store import open_store
 
 DATA = Path(__file__).resolve().parent / "memory" / "data"
 SAID = datetime.datetime(2026, 3, 2, 10, 0, tzinfo=datetime.UTC)

@@ -6,6 +6,8 @@ numbers, so a failure points at the line of the page that broke."""
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ def _run(block: CodeExample, namespace: dict[str, Any]) -> None:
 def test_code_blocks_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(ROOT))  # blocks may import the examples/ package
-    namespace: dict[str, Any] = {"__name__": f"docs_{page.stem}"}
+    # a real module: typing and pydantic resolve a page's annotations through sys.modules
+    module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     for block in _python_blocks(page):
-        _run(block, namespace)
+        _run(block, module.__dict__)

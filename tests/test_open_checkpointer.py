@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import statekeeper
 from statekeeper.checkpointers import SqliteCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import ConfigurationError, StatekeeperError
 
@@ -94,29 +93,6 @@ def test_passwords_never_appear_in_error_messages() -> None:
         open_checkpointer("mysql://user:hunter2@db.example:3306/x")
     assert "hunter2" not in str(info.value)
     assert "user:***@db.example" in str(info.value)
-
-
-def test_public_api_is_pinned() -> None:
-    assert statekeeper.__all__ == sorted(statekeeper.__all__)
-    assert set(statekeeper.__all__) == {
-        "AnswerRequiredError",
-        "ConfigurationError",
-        "CorruptCheckpointError",
-        "GraphLoadError",
-        "InvalidIdError",
-        "NoPendingInterruptError",
-        "NothingToResumeError",
-        "SchemaVersionError",
-        "SerializationError",
-        "StateValidationError",
-        "StatekeeperError",
-        "StorageError",
-        "SummarizerOutputError",
-        "ThreadBusyError",
-        "ThreadExistsError",
-        "ThreadNotFoundError",
-        "open_checkpointer",
-    }
 
 
 def test_importing_statekeeper_does_not_import_redis() -> None:

@@ -1372,13 +1372,35 @@ def conversation(
     cid = f"c{index + 1}"
     personas = half(PERSONAS, split)
     persona = Persona(*personas[index % len(personas)], rng, split)
-    vocab = Vocabulary.of(split)
+    facts = life_facts(persona, rng)
+    plan = plan_sessions(facts, rng)
+    transcript = Transcript(persona, Vocabulary.of(split), rng)
+    transcript.write(plan)
+    questions = fact_questions(cid, facts, transcript) + no_answer_questions(cid, persona, rng)
+    rng.shuffle(questions)
+    for q, asked in enumerate(questions, 1):
+        asked["id"] = f"{cid}-q{q}"
+    return {"id": cid, "sessions": transcript.sessions}, questions
+
+
+# The steps of ``conversation``, in the order they draw from its random generator (the
+# order fixes the committed datasets: keep it).
+
+
+def life_facts(persona: Persona, rng: random.Random) -> list[Fact]:
+    """Six to eight facts of the persona's life, each of another kind; a pet or a sibling
+    never mentioned is marked absent, for the no-answer questions."""
     kinds = rng.sample(KINDS, rng.randint(6, 8))
     if pet not in kinds:
         persona.absent |= {"cat", "dog"}
     if sibling not in kinds:
         persona.absent |= {"brother", "sister"}
-    facts = [kind(persona) for kind in kinds]
+    return [kind(persona) for kind in kinds]
+
+
+def plan_sessions(facts: list[Fact], rng: random.Random) -> list[list[Block]]:
+    """Four to eight sessions, each with the blocks of the fact events said in it (the
+    events of one fact in distinct sessions, in their order)."""
     n_sessions = rng.randint(4, 8)
     plan: list[list[Block]] = [[] for _ in range(n_sessions)]
     for f, fact in enumerate(facts):
@@ -1387,80 +1409,115 @@ def conversation(
             # a follow-up turn is "key.1", "key.2"... so a question can name it alone
             refs = [f"{f}:{event.key}" + (f".{i}" if i else "") for i in range(len(event.turns))]
             plan[s].append(list(zip(refs, event.turns, strict=True)))
+    return plan
 
-    time = datetime.datetime(2024, rng.randint(1, 3), rng.randint(1, 28), rng.randint(8, 21))
-    time += datetime.timedelta(minutes=rng.randint(0, 59))
-    sessions: list[dict[str, Any]] = []
-    evidence: dict[str, list[str]] = {}  # "fact:event" (or "fact:event.turn") -> message ids
-    when: dict[str, datetime.datetime] = {}
-    count = 0
-    deck: list[tuple[str, str]] = []
-    for s, blocks in enumerate(plan):
+
+@dataclass
+class Transcript:
+    """The sessions of one conversation as they are written, and for each fact event
+    (``"fact:event"``, or ``"fact:event.turn"``) the session time it was said at and the
+    ids of the messages that are its evidence."""
+
+    persona: Persona
+    vocab: Vocabulary
+    rng: random.Random
+    sessions: list[dict[str, Any]] = field(default_factory=list)
+    evidence: dict[str, list[str]] = field(default_factory=dict)  # also "<ref>/u", "<ref>/a"
+    when: dict[str, datetime.datetime] = field(default_factory=dict)
+    count: int = 0  # messages so far: the next id is m<count + 1>
+    deck: list[tuple[str, str]] = field(default_factory=list)  # small talk not used yet
+
+    def write(self, plan: list[list[Block]]) -> None:
+        """The sessions of ``plan``, days to weeks apart, from a time in early 2024."""
+        rng = self.rng
+        time = datetime.datetime(2024, rng.randint(1, 3), rng.randint(1, 28), rng.randint(8, 21))
+        time += datetime.timedelta(minutes=rng.randint(0, 59))
+        for s, blocks in enumerate(plan):
+            turns = self.session_turns(blocks)
+            messages = [message for ref, turn in turns for message in self.said(ref, turn, time)]
+            self.sessions.append(
+                {"id": f"s{s + 1}", "time": time.isoformat(), "messages": messages}
+            )
+            time += datetime.timedelta(days=rng.randint(4, 20), minutes=rng.randint(-300, 300))
+
+    def session_turns(self, blocks: list[Block]) -> Block:
+        """A session: its fact blocks, maybe a distractor, and small talk up to 10 to 30
+        turns, shuffled, between a greeting and a closing."""
+        rng, vocab, name = self.rng, self.vocab, self.persona.name
         if rng.random() < 0.6:
             distractor = rng.choice(vocab.distractors)
             blocks.append([(None, fill(distractor, rng, vocab.distractor_slots, ""))])
         wanted = rng.randint(10, 30) - 2 - sum(len(block) for block in blocks)
         for _ in range(wanted):
-            if not deck:  # small talk repeats only once every topic has come up
-                deck = rng.sample(vocab.small_talk, len(vocab.small_talk))
-            blocks.append([(None, chat(deck.pop(), rng, persona.name, vocab))])
+            if not self.deck:  # small talk repeats only once every topic has come up
+                self.deck = rng.sample(vocab.small_talk, len(vocab.small_talk))
+            blocks.append([(None, chat(self.deck.pop(), rng, name, vocab))])
         rng.shuffle(blocks)
-        opening = fill(rng.choice(vocab.greetings), rng, vocab.slots, persona.name)
-        closing = fill(rng.choice(vocab.closings), rng, vocab.slots, persona.name)
-        turns = [(None, opening), *(item for block in blocks for item in block), (None, closing)]
+        opening = fill(rng.choice(vocab.greetings), rng, vocab.slots, name)
+        closing = fill(rng.choice(vocab.closings), rng, vocab.slots, name)
+        return [(None, opening), *(item for block in blocks for item in block), (None, closing)]
+
+    def said(self, ref: str | None, turn: Turn, time: datetime.datetime) -> list[dict[str, Any]]:
+        """The user's and the assistant's message of ``turn``; for a fact event's turn
+        (``ref``), also when it was said and which of the two are evidence."""
         messages = []
-        for ref, turn in turns:
-            for role, speaker, text, flag in (
-                ("user", persona.name, turn.user, "u"),
-                ("assistant", ASSISTANT, turn.assistant, "a"),
-            ):
-                count += 1
-                mid = f"m{count}"
-                messages.append({"id": mid, "speaker": speaker, "role": role, "text": text})
-                if ref is not None:
-                    when[ref] = time
-                    if flag in turn.evidence:
-                        evidence.setdefault(ref, []).append(mid)
-                        evidence[f"{ref}/{flag}"] = [mid]
-        sessions.append({"id": f"s{s + 1}", "time": time.isoformat(), "messages": messages})
-        time += datetime.timedelta(days=rng.randint(4, 20), minutes=rng.randint(-300, 300))
+        for role, speaker, text, flag in (
+            ("user", self.persona.name, turn.user, "u"),
+            ("assistant", ASSISTANT, turn.assistant, "a"),
+        ):
+            self.count += 1
+            mid = f"m{self.count}"
+            messages.append({"id": mid, "speaker": speaker, "role": role, "text": text})
+            if ref is not None:
+                self.when[ref] = time
+                if flag in turn.evidence:
+                    self.evidence.setdefault(ref, []).append(mid)
+                    self.evidence[f"{ref}/{flag}"] = [mid]
+        return messages
 
-    def render(text: str, f: int) -> str:
-        for key_ref, moment in when.items():
-            fact, key = key_ref.split(":")
-            if int(fact) == f:
-                text = text.replace(f"{{date:{key}}}", f"around {moment.day} {moment:%B %Y}")
-                text = text.replace(f"{{month:{key}}}", f"{moment:%B %Y}")
-        return text
 
+def render(text: str, f: int, when: dict[str, datetime.datetime]) -> str:
+    """``text`` with the ``{date:key}`` and ``{month:key}`` of fact ``f``'s events filled
+    in from when they were said."""
+    for key_ref, moment in when.items():
+        fact, key = key_ref.split(":")
+        if int(fact) == f:
+            text = text.replace(f"{{date:{key}}}", f"around {moment.day} {moment:%B %Y}")
+            text = text.replace(f"{{month:{key}}}", f"{moment:%B %Y}")
+    return text
+
+
+def fact_questions(cid: str, facts: list[Fact], transcript: Transcript) -> list[dict[str, Any]]:
+    """Every fact's questions, with the ids of their evidence messages."""
     questions: list[dict[str, Any]] = []
     for f, fact in enumerate(facts):
         for category, question, answer, keys in fact.questions:
-            ids = [mid for key in keys for mid in evidence[f"{f}:{key}"]]
+            ids = [mid for key in keys for mid in transcript.evidence[f"{f}:{key}"]]
             questions.append(
                 {
                     "conversation": cid,
-                    "question": render(question, f),
+                    "question": render(question, f, transcript.when),
                     "evidence": ids,
                     "category": category,
-                    "answer": render(answer, f),
+                    "answer": render(answer, f, transcript.when),
                 }
             )
+    return questions
+
+
+def no_answer_questions(cid: str, persona: Persona, rng: random.Random) -> list[dict[str, Any]]:
+    """Three to five plausible questions the conversation never answers."""
     eligible = [ask for marker, ask in NO_ANSWER if not marker or marker in persona.absent]
-    for ask in rng.sample(eligible, min(len(eligible), rng.randint(3, 5))):
-        questions.append(
-            {
-                "conversation": cid,
-                "question": ask(persona)[split],
-                "evidence": [],
-                "category": "no-answer",
-                "answer": None,
-            }
-        )
-    rng.shuffle(questions)
-    for q, asked in enumerate(questions, 1):
-        asked["id"] = f"{cid}-q{q}"
-    return {"id": cid, "sessions": sessions}, questions
+    return [
+        {
+            "conversation": cid,
+            "question": ask(persona)[persona.split],
+            "evidence": [],
+            "category": "no-answer",
+            "answer": None,
+        }
+        for ask in rng.sample(eligible, min(len(eligible), rng.randint(3, 5)))
+    ]
 
 
 def main() -> None:

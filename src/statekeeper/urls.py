@@ -35,12 +35,15 @@ class Backend:
     """A storage technology: the package ``statekeeper.backends.<name>``, the URL schemes
     it serves, and the names of its classes. The checkpointer class lives in the module
     ``<package>.checkpointer``, the memory store class in ``<package>.store``; each has a
-    ``from_url(url, options)`` class method."""
+    ``from_url(url, options)`` class method. ``driver`` is the top-level package of the
+    third-party driver it needs, installed by the extra ``statekeeper[<name>]``; only the
+    backend's own package imports it."""
 
     name: str
     schemes: tuple[str, ...]
     checkpointer: str | None = None
     store: str | None = None
+    driver: str | None = None
 
     @property
     def package(self) -> str:
@@ -56,6 +59,7 @@ BACKENDS: tuple[Backend, ...] = (
         ("redis", "rediss", "redis+cluster", "rediss+cluster"),
         "RedisCheckpointer",
         "RedisStore",
+        driver="redis",
     ),
 )
 
@@ -81,7 +85,15 @@ def backend_class(
     for backend in BACKENDS:
         class_name = getattr(backend, component)
         if class_name and (scheme in backend.schemes or name == class_name):
-            module = importlib.import_module(f"{backend.package}.{component}")
+            try:
+                module = importlib.import_module(f"{backend.package}.{component}")
+            except ImportError as exc:
+                if backend.driver is None or (exc.name or "").split(".")[0] != backend.driver:
+                    raise
+                raise ConfigurationError(
+                    f"{', '.join(s + '://' for s in backend.schemes)} URLs need the "
+                    f"{backend.driver} package: pip install 'statekeeper[{backend.name}]'"
+                ) from exc
             return getattr(module, class_name)
     raise LookupError(scheme or name)
 

@@ -593,6 +593,50 @@ def test_verify_lists_damage_and_quarantine_moves_it_aside(saver: Any, root: Pat
     assert len(kept["checkpoints"].splitlines()) == 7  # the old file, whole
 
 
+def _rewrite_line(path: Path, at: int, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change the JSON of the line starting at ``at`` and give it a matching checksum (the
+    first 16 hex digits of the SHA-256 of its JSON, docs/file-backend.md): what a bug or a
+    hand edit could leave, which no checksum catches."""
+    data = path.read_bytes()
+    end = data.index(b"\n", at)
+    record = json.loads(data[at + 17 : end])
+    change(record)
+    raw = json.dumps(record, separators=(",", ":")).encode()
+    line = hashlib.sha256(raw).hexdigest()[:16].encode() + b" " + raw
+    path.write_bytes(data[:at] + line + data[end:])
+
+
+def test_verify_reports_a_malformed_writes_line_once_and_quarantine_drops_it(
+    saver: Any, root: Path
+) -> None:
+    configs = _history(saver, 3)
+    writes = root / "threads" / "t" / "~" / "writes"
+    checkpoints = root / "threads" / "t" / "~" / "checkpoints"
+
+    def bad_base64(record: dict[str, Any]) -> None:
+        record["writes"][0][4] = "not base64!"
+
+    start = writes.read_bytes().rindex(b"\n", 0, _writes_line(root, configs[1])) + 1
+    _rewrite_line(writes, start, bad_base64)
+    with pytest.raises(CorruptCheckpointError, match="malformed writes line"):
+        saver.get_tuple(configs[1])
+
+    found = saver.verify()
+    assert [(f.path, f.checkpoint_id) for f in found] == [
+        (writes, cp_id(configs[1])),  # once: the line's checksum matches
+        (checkpoints, cp_id(configs[1])),
+    ]
+    assert "malformed writes line" in found[0].reason
+    assert f"its writes in {writes.name} are damaged" in found[1].reason
+    assert saver.verify(quarantine=True) == found
+    assert saver.verify() == []
+    assert [t.config for t in saver.list(cfg("t"))] == [configs[2], configs[0]]
+    for tup in saver.list(cfg("t")):
+        check_loaded(tup)
+    assert writes_of(saver.get_tuple(configs[2])) == [("task-3", "log", "w3")]
+    assert len(list((root / "quarantine").rglob("writes"))) == 1  # the old log, whole
+
+
 def test_a_damaged_line_in_the_middle_is_named_skipped_or_quarantined(
     root: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

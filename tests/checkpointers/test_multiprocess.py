@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
+import pytest
 from langgraph.checkpoint.base import BaseCheckpointSaver, empty_checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
@@ -198,45 +199,15 @@ WORKERS = [
 ]
 
 
+@pytest.mark.slow
 def test_processes_share_one_sqlite_file(tmp_path: Path) -> None:
     db = tmp_path / "shared" / "state.db"  # neither the file nor its directory exists yet
     url = f"sqlite:///{db}"
     assert url.startswith("sqlite:////")  # an absolute path
-    code = (
-        "import sys\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.checkpointers.test_multiprocess import worker_main\n"
-        "worker_main(*sys.argv[1:])\n"
-    )
     procs: dict[str, subprocess.Popen[str]] = {}
     try:
-        for role, name, thread_id in WORKERS:
-            with (
-                (tmp_path / f"{name}.out").open("w") as out,
-                (tmp_path / f"{name}.err").open("w") as err,
-            ):
-                procs[name] = subprocess.Popen(
-                    [sys.executable, "-c", code, role, name, url, thread_id],
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=err,
-                    text=True,
-                )
-        for proc in procs.values():  # start them all at once
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.close()
-        failures = []
-        # Writers first: readers run until they have seen all the writers' checkpoints, so
-        # if a writer failed they would never end.
-        for role, name, _ in sorted(WORKERS, key=lambda w: "reader" in w[0]):
-            proc = procs[name]
-            if "reader" in role and failures:
-                proc.kill()
-            proc.wait(timeout=240)  # a guard against a hang, not a timing assertion
-            stderr = (tmp_path / f"{name}.err").read_text()
-            if proc.returncode != 0 or "Traceback" in stderr or "locked" in stderr.lower():
-                failures.append(f"--- {name} ({role}) exited {proc.returncode}:\n{stderr}")
+        start_workers(procs, url, tmp_path)
+        failures = wait_for_workers(procs, tmp_path)
         assert not failures, "\n".join(failures)
     finally:
         for proc in procs.values():
@@ -251,34 +222,81 @@ def test_processes_share_one_sqlite_file(tmp_path: Path) -> None:
     expected = expected_counts()
     assert expected[OWN_THREAD] == 4 * TURNS  # input, __start__, think, reply per turn
     with open_checkpointer(url) as saver:
-        for thread_id, count in expected.items():
-            tuples = list(saver.list({"configurable": {"thread_id": thread_id}}))
-            assert len(tuples) == count, thread_id
-            ids = {t.checkpoint["id"] for t in tuples}
-            assert len(ids) == count, f"duplicate checkpoint ids in {thread_id}"
-            for t in tuples:
-                loaded = saver.get_tuple(t.config)
-                assert loaded is not None, t.config
-                assert loaded.checkpoint == t.checkpoint
-                assert loaded.metadata == t.metadata
-                if loaded.parent_config is not None:  # every parent is stored too
-                    assert loaded.parent_config["configurable"]["checkpoint_id"] in ids
-
-        own = saver.get_tuple({"configurable": {"thread_id": OWN_THREAD}})
-        assert own is not None
-        assert own.checkpoint["channel_values"]["log"] == [
-            f"solo:{turn}:{s}" for turn in range(TURNS) for s in ("user", "think", "reply")
-        ]
-
-        for t in saver.list({"configurable": {"thread_id": DIRECT_THREAD}}):
-            assert len(t.pending_writes or []) == WRITES_PER_DIRECT_CHECKPOINT
-
-        # No turn of either shared-thread writer was lost: each reply is in some checkpoint.
-        replies = set()
-        for t in saver.list({"configurable": {"thread_id": SHARED_THREAD}}):
-            replies.update(e for e in t.checkpoint["channel_values"].get("log", []) if "reply" in e)
-        assert replies == {f"{w}:{turn}:reply" for w in ("left", "right") for turn in range(TURNS)}
-
+        check_every_thread(saver, expected)
     for reader in ("reader-sync", "reader-async"):
         assert reports[reader]["seen"] == expected
         assert reports[reader]["loaded"] > 0
+
+
+def start_workers(procs: dict[str, subprocess.Popen[str]], url: str, logs: Path) -> None:
+    """Start every worker (into ``procs`` as it goes, so that the caller can kill what
+    started if this fails), each writing its output and errors to ``logs``, then let
+    them all go at once."""
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from tests.checkpointers.test_multiprocess import worker_main\n"
+        "worker_main(*sys.argv[1:])\n"
+    )
+    for role, name, thread_id in WORKERS:
+        with (logs / f"{name}.out").open("w") as out, (logs / f"{name}.err").open("w") as err:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-c", code, role, name, url, thread_id],
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
+    for proc in procs.values():  # start them all at once
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.close()
+
+
+def wait_for_workers(procs: dict[str, subprocess.Popen[str]], logs: Path) -> list[str]:
+    """Wait for every worker; what each that failed (exit status, a traceback or a
+    "locked" error in its errors) wrote to its errors."""
+    failures = []
+    # Writers first: readers run until they have seen all the writers' checkpoints, so
+    # if a writer failed they would never end.
+    for role, name, _ in sorted(WORKERS, key=lambda w: "reader" in w[0]):
+        proc = procs[name]
+        if "reader" in role and failures:
+            proc.kill()
+        proc.wait(timeout=240)  # a guard against a hang, not a timing assertion
+        stderr = (logs / f"{name}.err").read_text()
+        if proc.returncode != 0 or "Traceback" in stderr or "locked" in stderr.lower():
+            failures.append(f"--- {name} ({role}) exited {proc.returncode}:\n{stderr}")
+    return failures
+
+
+def check_every_thread(saver: Any, expected: dict[str, int]) -> None:
+    """Every thread holds exactly the checkpoints its writers made, each loads as
+    listed, and every parent is stored; no turn of any writer is lost."""
+    for thread_id, count in expected.items():
+        tuples = list(saver.list({"configurable": {"thread_id": thread_id}}))
+        assert len(tuples) == count, thread_id
+        ids = {t.checkpoint["id"] for t in tuples}
+        assert len(ids) == count, f"duplicate checkpoint ids in {thread_id}"
+        for t in tuples:
+            loaded = saver.get_tuple(t.config)
+            assert loaded is not None, t.config
+            assert loaded.checkpoint == t.checkpoint
+            assert loaded.metadata == t.metadata
+            if loaded.parent_config is not None:  # every parent is stored too
+                assert loaded.parent_config["configurable"]["checkpoint_id"] in ids
+
+    own = saver.get_tuple({"configurable": {"thread_id": OWN_THREAD}})
+    assert own is not None
+    assert own.checkpoint["channel_values"]["log"] == [
+        f"solo:{turn}:{s}" for turn in range(TURNS) for s in ("user", "think", "reply")
+    ]
+
+    for t in saver.list({"configurable": {"thread_id": DIRECT_THREAD}}):
+        assert len(t.pending_writes or []) == WRITES_PER_DIRECT_CHECKPOINT
+
+    # No turn of either shared-thread writer was lost: each reply is in some checkpoint.
+    replies = set()
+    for t in saver.list({"configurable": {"thread_id": SHARED_THREAD}}):
+        replies.update(e for e in t.checkpoint["channel_values"].get("log", []) if "reply" in e)
+    assert replies == {f"{w}:{turn}:reply" for w in ("left", "right") for turn in range(TURNS)}

@@ -43,28 +43,47 @@ class Ticket(pydantic.BaseModel):
     tags: list[str]
 
 
+class Odd(enum.Enum):
+    LONE = "odd\ud800"
+
+
+# Each value, and where its error says the surrogate is (the path a user follows to find it).
 BAD = [
-    pytest.param("why?\ud800", id="str"),
-    pytest.param("why?\ud83d\ude00", id="surrogate-pair-as-two-code-points"),
-    pytest.param(["ok?", {"deep": [("x", "\udfff")]}], id="deep-in-containers"),
-    pytest.param({"k?\udc80": 1}, id="dict-key"),
-    pytest.param([HumanMessage("ok?"), AIMessage("fine? \ud800")], id="message-content"),
+    pytest.param("why?\ud800", "value", id="str"),
+    pytest.param("why?\ud83d\ude00", "value", id="surrogate-pair-as-two-code-points"),
     pytest.param(
-        [HumanMessage([{"type": "text", "text": "a?\ud800"}])], id="message-content-block"
+        ["ok?", {"deep": [("x", "\udfff")]}], "value[1]['deep'][0][1]", id="deep-in-containers"
     ),
-    pytest.param([AIMessage("ok?", additional_kwargs={"x": ["\ud800"]})], id="message-kwargs"),
-    pytest.param([HumanMessage("ok?", note="x\ud800")], id="message-extra-field"),
-    pytest.param([Ticket(title="ok?", tags=["\ud800"])], id="model-field"),
-    pytest.param([Note("ok?\ud800")], id="dataclass"),
-    pytest.param([Slotted(["ok?", "\ud800"])], id="slotted-dataclass"),
-    pytest.param([Mood.OK, {"x": "\ud800"}], id="next-to-an-enum"),
+    pytest.param({"k?\udc80": 1}, "value key 'k?\\udc80'", id="dict-key"),
+    pytest.param(
+        [HumanMessage("ok?"), AIMessage("fine? \ud800")], "value[1].content", id="message-content"
+    ),
+    pytest.param(
+        [HumanMessage([{"type": "text", "text": "a?\ud800"}])],
+        "value[0].content[0]['text']",
+        id="message-content-block",
+    ),
+    pytest.param(
+        [AIMessage("ok?", additional_kwargs={"x": ["\ud800"]})],
+        "value[0].additional_kwargs['x'][0]",
+        id="message-kwargs",
+    ),
+    pytest.param([HumanMessage("ok?", note="x\ud800")], "value[0].note", id="message-extra-field"),
+    pytest.param([Ticket(title="ok?", tags=["\ud800"])], "value[0].tags[0]", id="model-field"),
+    pytest.param([Note("ok?\ud800")], "value[0].text", id="dataclass"),
+    pytest.param([Slotted(["ok?", "\ud800"])], "value[0].items[1]", id="slotted-dataclass"),
+    pytest.param([Mood.OK, {"x": "\ud800"}], "value[1]['x']", id="next-to-an-enum"),
+    pytest.param([Mood.OK, Odd.LONE], "value[1].value", id="enum-value"),
 ]
 
 
-@pytest.mark.parametrize("bad", BAD)
-def test_a_surrogate_anywhere_raises_instead_of_being_stored_as_a_question_mark(bad: Any) -> None:
-    with pytest.raises(SerializationError, match="surrogate"):
+@pytest.mark.parametrize(("bad", "where"), BAD)
+def test_a_surrogate_anywhere_raises_instead_of_being_stored_as_a_question_mark(
+    bad: Any, where: str
+) -> None:
+    with pytest.raises(SerializationError, match="surrogate") as info:
         encode(SERDE, bad, compress=True)
+    assert f"the string at {where} contains a lone surrogate" in str(info.value)
 
 
 GOOD = [

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -98,6 +99,22 @@ def keys_of(client: Any, prefix: str) -> set[bytes]:
     return set(client.scan_iter(match=f"{prefix}*", count=1000))
 
 
+THREAD_KEYS = ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")  # the data keys
+
+
+def thread_key(saver: Any, thread_id: str, name: str) -> bytes:
+    """The key ``name`` (one of THREAD_KEYS, or ``claim``) of a thread, as docs/redis.md
+    lays it out: ``<prefix>:{<tag>}:<name>``, the tag being the thread id percent-encoded
+    (UTF-8, only ``A-Z a-z 0-9 _ . - ~`` kept)."""
+    return f"{saver.prefix}:{{{quote(thread_id, safe='')}}}:{name}".encode()
+
+
+def server_ms(client: Any) -> int:
+    """The Redis server's clock, in ms (the clock its expiry times follow)."""
+    seconds, micros = client.time()
+    return int(seconds * 1000 + micros // 1000)
+
+
 # -- URLs and options -------------------------------------------------------------------------
 
 
@@ -140,17 +157,32 @@ def test_bad_urls_and_options_raise_configuration_errors(bad: str, expected: str
         open_checkpointer(bad)
 
 
-def test_query_options_are_parsed_and_keywords_win(url: str) -> None:
+def test_query_options_are_parsed_and_keywords_win(url: str, client: redis.Redis) -> None:
+    text = "compressible " * 1000
     with open_checkpointer(f"{url}&ttl=30&refresh_on_read=yes&compress=false") as saver:
         assert isinstance(saver, RedisCheckpointer)
         assert saver.prefix == prefix_of(url)
         assert saver.ttl == 30.0
-        assert saver._plans.refresh_on_read is True
-        assert saver._plans.compress is False
+        put(saver, "t", {"a": text})
+        # compress=false: stored as is (compressed, it would take a few hundred bytes)
+        (stored,) = client.hvals(thread_key(saver, "t", "blobs"))
+        assert len(stored) > len(text)
+        written = _deadlines(client, saver, "t")
+        time.sleep(0.06)  # more than the 50 ms a deadline is rounded to on Redis 6.2
+        saver.get_tuple(cfg("t"))
+        assert _deadlines(client, saver, "t") != written  # refresh_on_read=yes
+    with open_checkpointer(url) as saver:  # compress defaults to true
+        put(saver, "u", {"a": text})
+        (stored,) = client.hvals(thread_key(saver, "u", "blobs"))
+        assert len(stored) < len(text) / 10
     with open_checkpointer(f"{url}&ttl=30", ttl=5) as saver:
         assert saver.ttl == 5
     with open_checkpointer(f"{url}&claim_ttl=2.5") as saver:
-        assert saver._claims.ttl == 2.5
+        before = server_ms(client)
+        with saver.claim_thread("t"):
+            left = client.pttl(thread_key(saver, "t", "claim"))
+            elapsed = server_ms(client) - before
+        assert 2_500 - elapsed - 1 <= left <= 2_500  # set (or renewed) to 2.5 s just now
 
 
 def test_the_class_takes_keywords_not_query_options(url: str) -> None:
@@ -476,7 +508,9 @@ def test_a_copy_is_a_snapshot_of_the_source_even_if_it_is_pruned_meanwhile(
         source = [(t.metadata, t.checkpoint["channel_values"]) for t in saver.list(cfg("src"))]
         assert [(t.metadata, t.checkpoint["channel_values"]) for t in copied] == source
         for thread_id in ("src", "dst"):
-            ids, ns, cp, _, refs, *_ = saver._plans.keys(thread_id)
+            ids, ns, cp, refs = (
+                thread_key(saver, thread_id, k) for k in ("ids", "ns", "cp", "refs")
+            )
             records = client.hgetall(cp)
             assert (
                 set(client.zrange(ns, 0, -1))
@@ -521,14 +555,14 @@ def test_threads_without_a_change_stamp_are_still_copied_and_get_one_on_write(
 ) -> None:
     with open_checkpointer(url) as saver:
         first = put(saver, "old", {"a": 1}, step=0)
-        refs = saver._plans.keys("old")[4]
+        refs = thread_key(saver, "old", "refs")
         stamp = client.hget(refs, b"\xff")
         assert stamp is not None
         assert stamp.endswith(b":1")
         client.hdel(refs, b"\xff")  # as written before stamps existed
         saver.copy_thread("old", "new")
         assert saver.get_tuple(cfg("new")).checkpoint["channel_values"] == {"a": 1}
-        assert client.hget(saver._plans.keys("new")[4], b"\xff") is not None  # a new one
+        assert client.hget(thread_key(saver, "new", "refs"), b"\xff") is not None  # a new one
         put(saver, "old", {"a": 2}, parent=first, step=1)
         assert client.hget(refs, b"\xff").endswith(b":1")  # type: ignore[union-attr]
         saver.delete_thread("old")
@@ -546,7 +580,7 @@ def test_threads_without_a_change_stamp_are_still_copied_and_get_one_on_write(
 def _deadlines(client: redis.Redis, saver: Any, thread_id: str) -> set[int]:
     """When each existing key of the thread expires (ms; -1: never)."""
     found = set()
-    for key in saver._plans.keys(thread_id):
+    for key in (thread_key(saver, thread_id, name) for name in THREAD_KEYS):
         if client.exists(key):
             try:
                 found.add(client.execute_command("PEXPIRETIME", key))
@@ -596,6 +630,86 @@ def test_expired_threads_disappear_everywhere(url: str, client: redis.Redis) -> 
         assert client.zrange(f"{prefix_of(url)}:threads", 0, -1) == [b"forever"]  # swept
 
 
+# -- listing scopes ----------------------------------------------------------------------
+
+LIST_IDS = [f"1ef00000-0000-6000-8000-{i:012d}" for i in range(1, 13)]
+
+
+def _listing_history(saver: Any) -> None:
+    """Checkpoints in two threads and two namespaces each; one id in both namespaces."""
+    for i, checkpoint_id in enumerate(LIST_IDS):
+        places = [("ab"[i % 2], "" if i % 3 else "sub")]
+        if i == 3:
+            places.append(("b", ""))  # the same id in the other namespace of thread b
+        for thread_id, ns in places:
+            checkpoint = empty_checkpoint()
+            checkpoint["id"] = checkpoint_id
+            checkpoint["channel_values"] = {"v": i}
+            checkpoint["channel_versions"] = {"v": f"{i + 1:032}.0"}
+            metadata = {"source": "loop", "step": i, "parity": i % 2, "ns": ns}
+            saver.put(cfg(thread_id, ns), checkpoint, metadata, {"v": f"{i + 1:032}.0"})
+
+
+def _no_ns(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    """A config without ``checkpoint_ns``: every namespace of the thread."""
+    configurable = {"thread_id": thread_id}
+    if checkpoint_id is not None:
+        configurable["checkpoint_id"] = checkpoint_id
+    return {"configurable": configurable}
+
+
+def _before(i: int, thread_id: str = "b") -> dict[str, Any]:
+    return {"before": cfg(thread_id, "", LIST_IDS[i])}
+
+
+ONE, ANY_NS = cfg("b", "", LIST_IDS[3]), _no_ns("b", LIST_IDS[3])  # one id, two namespaces
+B3, B3_SUB = ("b", "", 3), ("b", "sub", 3)
+ALL = [
+    *[("b", "", 11), ("a", "", 10), ("b", "sub", 9), ("a", "", 8), ("b", "", 7)],
+    *[("a", "sub", 6), ("b", "", 5), ("a", "", 4), B3_SUB, B3, ("a", "", 2), ("b", "", 1)],
+    ("a", "sub", 0),
+]
+LISTINGS = [  # config, options, what is listed: (thread, namespace, step) newest first
+    pytest.param(None, {}, ALL, id="all"),
+    pytest.param(None, {"limit": 3}, ALL[:3], id="all-limit"),
+    pytest.param(None, _before(7, "a"), ALL[5:], id="all-before"),
+    pytest.param(None, {"filter": {"parity": 0}, "limit": 2}, ALL[1:4:2], id="all-filter"),
+    pytest.param(_no_ns("b"), {}, [t for t in ALL if t[0] == "b"], id="thread"),
+    pytest.param(_no_ns("b"), {"limit": 2, **_before(10)}, ALL[2:5:2], id="thread-page"),
+    pytest.param(_no_ns("b"), {"filter": {"ns": "sub"}}, [ALL[2], B3_SUB], id="thread-filter"),
+    pytest.param(cfg("b", ""), {}, [t for t in ALL if t[:2] == ("b", "")], id="namespace"),
+    pytest.param(cfg("b", "sub"), _before(9), [B3_SUB], id="namespace-before"),
+    pytest.param(cfg("b", ""), {"limit": 1, "filter": {"parity": 1}}, ALL[:1], id="ns-filter"),
+    pytest.param(ONE, {}, [B3], id="one"),
+    pytest.param(ONE, {"filter": {"step": 3}}, [B3], id="one-matching"),
+    pytest.param(ONE, {"filter": {"step": 4}}, [], id="one-not-matching"),
+    pytest.param(ONE, _before(3), [], id="one-not-before"),
+    pytest.param(ONE, _before(4, "x"), [B3], id="one-before"),
+    pytest.param(ANY_NS, {}, [B3_SUB, B3], id="one-id-any-namespace"),
+    pytest.param(ANY_NS, {"limit": 1}, [B3_SUB], id="one-id-limit"),
+    pytest.param(ANY_NS, _before(2), [], id="one-id-not-before"),
+    pytest.param(cfg("b", "", LIST_IDS[0]), {}, [], id="one-elsewhere"),
+    pytest.param(_no_ns("b"), {"limit": 0}, [], id="limit-zero"),
+]
+
+
+@pytest.mark.parametrize(("config", "options", "expected"), LISTINGS)
+def test_every_listing_scope_lists_what_sqlite_lists(
+    url: str, config: dict[str, Any] | None, options: dict[str, Any], expected: list[tuple]
+) -> None:
+    with open_checkpointer(url) as saver, open_checkpointer("memory://") as reference:
+        for each in (saver, reference):
+            _listing_history(each)
+        listed = list(saver.list(config, **options))
+        assert [t.config for t in listed] == [t.config for t in reference.list(config, **options)]
+        assert [
+            (t.config["configurable"]["thread_id"], t.metadata["ns"], t.metadata["step"])
+            for t in listed
+        ] == expected
+        for t in listed:
+            assert t.checkpoint["channel_values"] == {"v": t.metadata["step"]}
+
+
 # -- pending writes and claims ---------------------------------------------------------------
 
 
@@ -627,7 +741,7 @@ def test_get_writes_has_get_tuples_order_and_the_task_paths(url: str) -> None:
 
 
 def _claim_value(client: Any, saver: Any, thread_id: str) -> dict[str, Any] | None:
-    raw = client.get(saver._plans.claim_key(thread_id))
+    raw = client.get(thread_key(saver, thread_id, "claim"))
     return None if raw is None else json.loads(raw)
 
 
@@ -658,9 +772,9 @@ def test_claims_conflict_between_savers_and_are_released_on_exit(
 ) -> None:
     with open_checkpointer(url) as a, open_checkpointer(url) as b:
         check_claims_conflict_and_release(a, b, client)
-        key = a._plans.claim_key("t")
+        key = thread_key(a, "t", "claim")
         assert key == f"{prefix_of(url)}:{{t}}:claim".encode()
-        assert redis.cluster.key_slot(key) == redis.cluster.key_slot(a._plans.keys("t")[0])
+        assert redis.cluster.key_slot(key) == redis.cluster.key_slot(thread_key(a, "t", "ids"))
         with a.claim_thread("t"):
             assert 29_000 < client.pttl(key) <= 30_000  # the default claim_ttl: 30 s
             a.delete_thread("t")  # deleting the thread leaves the claim alone
@@ -678,6 +792,7 @@ with saver.claim_thread("t"):
 """
 
 
+@pytest.mark.slow
 def test_a_killed_holders_claim_expires_after_the_ttl(url: str) -> None:
     code = CLAIMER.format(root=str(ROOT), url=url)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -712,14 +827,15 @@ def check_renewal_and_loss(a: Any, b: Any, client: Any, caplog: pytest.LogCaptur
         time.sleep(1.0)  # more than three times the ttl
         with pytest.raises(ThreadBusyError), b.claim_thread("t"):
             pass
-        assert 0 < client.pttl(a._plans.claim_key("t")) <= 300
+        claim = thread_key(a, "t", "claim")
+        assert 0 < client.pttl(claim) <= 300
         assert not [r for r in caplog.records if r.levelname == "WARNING"]
         # the claim expires (as if this process had been cut off) and another run takes it
-        client.delete(a._plans.claim_key("t"))
+        client.delete(claim)
         other = json.dumps({"pid": 1, "host": "elsewhere", "since": "then", "token": "x"})
-        client.set(a._plans.claim_key("t"), other, px=5000)
+        client.set(claim, other, px=5000)
         time.sleep(0.4)
-    assert client.get(a._plans.claim_key("t")) == other.encode()  # the release left it alone
+    assert client.get(claim) == other.encode()  # the release left it alone
     (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert record.name == "statekeeper.backends.redis.checkpointer"
     assert "lost the claim on thread 't'" in record.getMessage()
@@ -747,7 +863,7 @@ def test_claims_on_a_cluster(cluster_url: str, caplog: pytest.LogCaptureFixture)
             nodes = set()
             for tid in "abcdefgh":
                 with a.claim_thread(tid):
-                    nodes.add(admin.get_node_from_key(a._plans.claim_key(tid)).port)
+                    nodes.add(admin.get_node_from_key(thread_key(a, tid, "claim")).port)
             assert len(nodes) > 1  # the claims are spread over the nodes
     finally:
         admin.close()
@@ -756,6 +872,7 @@ def test_claims_on_a_cluster(cluster_url: str, caplog: pytest.LogCaptureFixture)
 # -- faults ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_dropped_connection_is_retried_and_a_dead_server_is_a_storage_error(
     private: Server,
 ) -> None:
@@ -825,7 +942,9 @@ def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     is referenced exactly as often as records and deltas reference it."""
     from statekeeper.backends.redis._layout import Record as _Record
 
-    ids, ns, cp, blobs, refs, *_ = saver._plans.keys(thread_id)
+    ids, ns, cp, blobs, refs = (
+        thread_key(saver, thread_id, name) for name in ("ids", "ns", "cp", "blobs", "refs")
+    )
     records = client.hgetall(cp)
     assert set(client.zrange(ns, 0, -1)) == set(records)
     assert client.zcard(ids) == len(records)
@@ -845,6 +964,7 @@ def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     return len(records)
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_put_leaves_only_complete_checkpoints(url: str, client: Any) -> None:
     code = WRITER.format(root=str(ROOT), url=url)
     rng = random.Random(7)
@@ -952,7 +1072,7 @@ def test_pickled_payloads_are_refused(url: str, client: redis.Redis) -> None:
 
     with open_checkpointer(url) as saver:
         stored = put(saver, "t", {"a": "x"})
-        blobs = saver._plans.keys("t")[3]
+        blobs = thread_key(saver, "t", "blobs")
         (field,) = client.hkeys(blobs)
         client.hset(blobs, field, pack(b"pickle", b"", b"", b"") + pickle.dumps("x"))
         with pytest.raises(SerializationError, match="'pickle' payload"):
@@ -1024,6 +1144,7 @@ def worker_main(url: str) -> None:
             print(json.dumps({"thread": thread_id, "final": final}), flush=True)
 
 
+@pytest.mark.slow
 def test_a_killed_workers_thread_is_resumed_by_another_process(url: str) -> None:
     threads = [f"w-{i}" for i in range(4)]
     expected = {

@@ -3,12 +3,16 @@ locking settings, parameterised SQL, encryption at rest and safe deserialisation
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import operator
 import re
 import sqlite3
+import threading
+import time
 import zlib
+from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -37,6 +41,23 @@ def _put(saver: SqliteCheckpointer, thread: str, values: dict[str, Any], **meta:
     versions = {channel: saver.get_next_version(None, None) for channel in values}
     checkpoint["channel_versions"] = versions
     return saver.put(generate_config(thread), checkpoint, generate_metadata(**meta), versions)
+
+
+@contextlib.contextmanager
+def _sqlite(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """The database file opened with the standard ``sqlite3`` module, as another process
+    or an operator would open it (autocommit: each statement is its own transaction)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def _query(path: str | Path, sql: str) -> list[Any]:
+    """The rows of one query on the database file (see :func:`_sqlite`)."""
+    with _sqlite(path) as conn:
+        return conn.execute(sql).fetchall()
 
 
 def _migration_versions(path: Path) -> list[int]:
@@ -145,10 +166,31 @@ def test_closed_checkpointer_says_so(tmp_path: Path) -> None:
 
 
 def test_wal_and_busy_timeout_are_set(tmp_path: Path) -> None:
-    saver = SqliteCheckpointer(str(tmp_path / "s.db"), busy_timeout=7)
-    with saver, saver._db.transaction(write=False) as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 7000
+    """The file is in WAL mode, and a writer waits ``busy_timeout`` seconds for another
+    process's write lock: it gets the lock if it is released in time, else a clear
+    StorageError once that time is up (not at once, and not after the default 30 s)."""
+    path = tmp_path / "s.db"
+    with SqliteCheckpointer(str(path), busy_timeout=0.5) as saver, _sqlite(path) as other:
+        _put(saver, "t", {"a": 1})
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        other.execute("BEGIN IMMEDIATE")  # another process takes the write lock
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=r"database is locked.*raise busy_timeout"):
+            _put(saver, "t", {"a": 2})
+        waited = time.monotonic() - started
+        other.rollback()
+        assert 0.45 <= waited < 10
+    with SqliteCheckpointer(str(path), busy_timeout=20) as saver, _sqlite(path) as other:
+        other.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.3, other.rollback)
+        release.start()
+        try:
+            started = time.monotonic()
+            _put(saver, "t", {"a": 3})  # waits for the lock instead of failing
+            assert time.monotonic() - started >= 0.25
+        finally:
+            release.join()
+        assert saver.get_tuple(generate_config("t")).checkpoint["channel_values"] == {"a": 3}
 
 
 class Chat(TypedDict):
@@ -174,14 +216,11 @@ def test_each_channel_value_is_stored_once_per_version(tmp_path: Path) -> None:
         graph.invoke({"messages": ["hi"], "topic": "weather", "turns": 0}, config)
         for _ in range(9):
             graph.invoke({"messages": ["more"]}, config)
-        with saver._db.transaction(write=False) as conn:
-            topic_rows = conn.execute(
-                "SELECT COUNT(*) FROM blobs WHERE channel = 'topic'"
-            ).fetchone()[0]
-            message_rows = conn.execute(
-                "SELECT COUNT(*) FROM blobs WHERE channel = 'messages'"
-            ).fetchone()[0]
-            checkpoints = conn.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0]
+        [(topic_rows,)] = _query(saver.path, "SELECT COUNT(*) FROM blobs WHERE channel = 'topic'")
+        [(message_rows,)] = _query(
+            saver.path, "SELECT COUNT(*) FROM blobs WHERE channel = 'messages'"
+        )
+        [(checkpoints,)] = _query(saver.path, "SELECT COUNT(*) FROM checkpoints")
         history = list(graph.get_state_history(config))
     assert checkpoints == len(history) == 30
     # "topic" was written once and never changed: one row serves all 30 checkpoints.
@@ -196,8 +235,7 @@ def test_large_values_are_compressed_and_read_back_exactly(tmp_path: Path) -> No
     text = " ".join(f"word{i % 97}" for i in range(20_000))
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"doc": text})
-        with saver._db.transaction(write=False) as conn:
-            codec, size = conn.execute("SELECT codec, LENGTH(blob) FROM blobs").fetchone()
+        [(codec, size)] = _query(saver.path, "SELECT codec, LENGTH(blob) FROM blobs")
         loaded = saver.get_tuple(stored)
     assert codec == "zlib"
     assert size < len(text) / 3
@@ -218,23 +256,37 @@ HOSTILE_KEYS = [
 ]
 
 
-def _sql_shapes(saver: SqliteCheckpointer, filter: dict[str, Any]) -> list[str]:
+def _trace_sql(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement run on the connections the standard ``sqlite3`` module opens from
+    now on (a checkpointer's among them), as its trace callback shows them: with the bound
+    literals expanded. Tracing the module is how the SQL a checkpointer sends is seen
+    from outside it."""
+    statements: list[str] = []
+    connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    return statements
+
+
+def _sql_shapes(saver: SqliteCheckpointer, traced: list[str], filter: dict[str, Any]) -> list[str]:
     """The statements ``list(None, filter=filter)`` runs, with every bound literal (which
     sqlite3's trace shows expanded) replaced by ``?``: what the SQL text itself is."""
-    statements: list[str] = []
-    with saver._db.transaction(write=False) as conn:
-        conn.set_trace_callback(statements.append)
-    try:
-        list(saver.list(None, filter=filter))
-    finally:
-        with saver._db.transaction(write=False) as conn:
-            conn.set_trace_callback(None)
+    traced.clear()
+    list(saver.list(None, filter=filter))
     literal = re.compile(r"'(?:[^']|'')*'|X'[0-9A-Fa-f]*'|-?\b\d+(?:\.\d+)?\b")
-    return [literal.sub("?", statement) for statement in statements]
+    return [literal.sub("?", statement) for statement in traced]
 
 
 @pytest.mark.parametrize("key", HOSTILE_KEYS)
-def test_metadata_filter_keys_are_never_spliced_into_sql(tmp_path: Path, key: str) -> None:
+def test_metadata_filter_keys_are_never_spliced_into_sql(
+    tmp_path: Path, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traced = _trace_sql(monkeypatch)
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         _put(saver, "t1", {"a": 1}, source="loop")
         _put(saver, "t2", {"a": 2}, **{key: "yes"})
@@ -244,9 +296,9 @@ def test_metadata_filter_keys_are_never_spliced_into_sql(tmp_path: Path, key: st
         assert len(list(saver.list(None))) == 2  # nothing was dropped
         # The key and value travel only as parameters: the SQL is the same as for a
         # harmless key, once the bound literals are masked.
-        hostile = _sql_shapes(saver, {key: "'; DROP TABLE writes; --"})
+        hostile = _sql_shapes(saver, traced, {key: "'; DROP TABLE writes; --"})
         assert hostile
-        assert hostile == _sql_shapes(saver, {"plain": "value"})
+        assert hostile == _sql_shapes(saver, traced, {"plain": "value"})
 
 
 def _aes_serde() -> EncryptedSerializer:
@@ -275,7 +327,7 @@ def test_reading_with_the_wrong_key_fails_clearly(tmp_path: Path) -> None:
     wrong = EncryptedSerializer.from_pycryptodome_aes(key=b"X" * 32)
     with (
         SqliteCheckpointer(path, serde=wrong) as saver,
-        pytest.raises(Exception, match="another serde"),
+        pytest.raises(SerializationError, match=r"cannot deserialise.*another serde"),
     ):
         saver.get_tuple(stored)
 
@@ -288,7 +340,7 @@ def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
     )
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
-        with saver._db.transaction(write=True) as conn:
+        with _sqlite(saver.path) as conn:
             conn.execute(  # an attacker who can write the file can fix the checksum too
                 "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
                 (payload, zlib.crc32(payload)),
@@ -304,13 +356,15 @@ def test_pickled_payloads_are_refused(tmp_path: Path) -> None:
 
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "x"})
-        with saver._db.transaction(write=True) as conn:
+        with _sqlite(saver.path) as conn:
             pickled = pickle.dumps("x")
             conn.execute(
                 "UPDATE blobs SET type = 'pickle', codec = '', blob = ?, crc = ?",
                 (pickled, zlib.crc32(pickled)),
             )
-        with pytest.raises(Exception, match="cannot deserialise a stored 'pickle' payload"):
+        with pytest.raises(
+            SerializationError, match="cannot deserialise a stored 'pickle' payload"
+        ):
             saver.get_tuple(stored)
 
 
@@ -322,7 +376,7 @@ def test_hostile_bytes_cannot_construct_non_data_classes(tmp_path: Path) -> None
     )
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
-        with saver._db.transaction(write=True) as conn:
+        with _sqlite(saver.path) as conn:
             conn.execute(  # an attacker who can write the file can fix the checksum too
                 "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
                 (payload, zlib.crc32(payload)),
@@ -383,8 +437,7 @@ def _grow(saver: SqliteCheckpointer, thread: str, turns: int) -> list[dict]:
 
 
 def _codecs(saver: SqliteCheckpointer) -> list[str]:
-    with saver._db.transaction(write=False) as conn:
-        return [codec for (codec,) in conn.execute("SELECT codec FROM blobs ORDER BY version")]
+    return [codec for (codec,) in _query(saver.path, "SELECT codec FROM blobs ORDER BY version")]
 
 
 def _logs(saver: SqliteCheckpointer, configs: list[dict]) -> list[list[str] | None]:
@@ -414,8 +467,7 @@ def test_prune_and_run_deletion_keep_the_bases_survivors_need(tmp_path: Path) ->
         assert _logs(saver, configs[-1:]) == [[f"entry {i}?" for i in range(30)]]
         saver.prune(["t"], strategy="keep_latest")
         assert _logs(saver, configs[-1:]) == [[f"entry {i}?" for i in range(30)]]
-        with saver._db.transaction(write=False) as conn:
-            remaining = conn.execute("SELECT COUNT(*) FROM blobs").fetchone()[0]
+        [(remaining,)] = _query(saver.path, "SELECT COUNT(*) FROM blobs")
         assert remaining <= 17  # the survivor's chain back to its full copy, no more
 
 

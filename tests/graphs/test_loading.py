@@ -6,8 +6,8 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 
 from statekeeper.checkpointers import open_checkpointer
-from statekeeper.errors import ConfigurationError
-from statekeeper.graphs import GraphLoadError, load_graph
+from statekeeper.errors import ConfigurationError, GraphLoadError
+from statekeeper.graphs import load_graph
 from tests.graphs.conftest import V1, Modules
 
 COMPILED = (

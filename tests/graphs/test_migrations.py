@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from statekeeper.errors import StateValidationError
+from statekeeper.errors import AnswerRequiredError, StateValidationError
 from statekeeper.graphs import (
-    AnswerRequiredError,
     MigrationResult,
     Runner,
     VersionedState,

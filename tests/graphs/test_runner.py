@@ -14,18 +14,15 @@ from langgraph.types import Interrupt
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
+    AnswerRequiredError,
     ConfigurationError,
+    NoPendingInterruptError,
     NothingToResumeError,
     ThreadBusyError,
     ThreadExistsError,
     ThreadNotFoundError,
 )
-from statekeeper.graphs import (
-    AnswerRequiredError,
-    NoPendingInterruptError,
-    Runner,
-    RunResult,
-)
+from statekeeper.graphs import Runner, RunResult
 from statekeeper.threads import summaries
 from tests.graphs.conftest import V1, V1_INPUT, Modules, checkpoints
 

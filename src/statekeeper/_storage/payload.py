@@ -19,7 +19,7 @@ import json
 import re
 import sys
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -313,29 +313,63 @@ def _find_surrogate(
     if id(obj) in seen:
         return None
     seen[id(obj)] = obj  # held, so that no object made during the walk reuses its id
+    return _find_inside(obj, path, depth + 1, seen)
+
+
+# The walk's steps into what serde stores of a container or object, in serde's order. Each
+# loops and recurses itself (no generator of parts in between): the walk is per string.
+
+
+def _find_inside(obj: Any, path: str, depth: int, seen: dict[int, Any]) -> str | None:
+    """:func:`_find_surrogate` in the parts of ``obj``: a mapping's keys and values, the
+    items of a sequence or set, an enum member's value, an object's fields (a model's
+    extra fields too); ``None`` for anything else."""
     if isinstance(obj, Mapping):
-        for key, item in obj.items():
-            found = _find_surrogate(key, f"{path} key {key!r}", depth + 1, seen)
-            if found := found or _find_surrogate(item, f"{path}[{key!r}]", depth + 1, seen):
-                return found
-        return None
+        return _find_in_entries(obj, path, depth, seen)
     if isinstance(obj, list | tuple | set | frozenset):
-        for index, item in enumerate(obj):
-            if found := _find_surrogate(item, f"{path}[{index}]", depth + 1, seen):
-                return found
-        return None
+        return _find_in_items(obj, path, depth, seen)
     if isinstance(obj, Enum):  # serde stores a member's value
-        return _find_surrogate(obj.value, f"{path}.value", depth + 1, seen)
+        return _find_surrogate(obj.value, f"{path}.value", depth, seen)
     if dataclasses.is_dataclass(obj) or hasattr(obj, "__dict__"):
-        if hasattr(obj, "__dict__"):
-            fields = vars(obj)
-        else:  # as serde reads a dataclass: its fields, not copies (asdict deep-copies)
-            fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-        extra = getattr(obj, "__pydantic_extra__", None)  # a model's extra fields
-        if isinstance(extra, dict) and extra:
-            fields = {**fields, **extra}
-        for name, item in fields.items():
-            found = _find_surrogate(name, f"{path} field {name!r}", depth + 1, seen)
-            if found := found or _find_surrogate(item, f"{path}.{name}", depth + 1, seen):
-                return found
+        return _find_in_fields(_fields(obj), path, depth, seen)
     return None
+
+
+def _find_in_entries(
+    mapping: Mapping[Any, Any], path: str, depth: int, seen: dict[int, Any]
+) -> str | None:
+    for key, item in mapping.items():
+        found = _find_surrogate(key, f"{path} key {key!r}", depth, seen)
+        if found := found or _find_surrogate(item, f"{path}[{key!r}]", depth, seen):
+            return found
+    return None
+
+
+def _find_in_items(items: Iterable[Any], path: str, depth: int, seen: dict[int, Any]) -> str | None:
+    for index, item in enumerate(items):
+        if found := _find_surrogate(item, f"{path}[{index}]", depth, seen):
+            return found
+    return None
+
+
+def _find_in_fields(
+    fields: dict[str, Any], path: str, depth: int, seen: dict[int, Any]
+) -> str | None:
+    for name, item in fields.items():
+        found = _find_surrogate(name, f"{path} field {name!r}", depth, seen)
+        if found := found or _find_surrogate(item, f"{path}.{name}", depth, seen):
+            return found
+    return None
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """An object's fields as serde reads them, with a pydantic model's extra fields."""
+    fields: dict[str, Any]
+    if hasattr(obj, "__dict__"):
+        fields = vars(obj)
+    else:  # a slotted dataclass: its fields, not copies (asdict deep-copies)
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    extra = getattr(obj, "__pydantic_extra__", None)  # a model's extra fields
+    if isinstance(extra, dict) and extra:
+        fields = {**fields, **extra}
+    return fields

@@ -16,6 +16,7 @@ Offline and deterministic: no network (except an optional local Redis), no API k
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shlex
@@ -27,10 +28,11 @@ import time
 from pathlib import Path
 
 from statekeeper.checkpointers import open_checkpointer
+from statekeeper.cli._common import Commands
 from statekeeper.errors import StatekeeperError
 from statekeeper.threads import pending_nodes
 
-__all__ = ["run_demo"]
+__all__ = ["add_demo", "run_demo"]
 
 THREAD = "ticket-1042"
 QUESTION = {"messages": [{"role": "user", "content": "Where is my order 1042?"}]}
@@ -39,6 +41,19 @@ LOCAL_REDIS = (
     "redis://127.0.0.1:6379/0?prefix=statekeeper-demo&ttl=3600&retries=0&socket_timeout=0.5"
 )
 _KILL_WAIT = 60.0  # seconds to wait for the run to reach its tool step
+
+
+def add_demo(commands: Commands) -> None:
+    sub = commands.add("demo", cmd_demo, "crash, resume, approve and move an example agent run")
+    sub.add_argument("--workdir", default=".statekeeper/demo", help="where the demo stores state")
+    sub.add_argument("--graph", default="examples.approval_agent:graph", help="the agent graph")
+    sub.add_argument("--redis", metavar="URL", help="also copy to this Redis (default: try local)")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The walkthrough above, in ``--workdir`` (emptied first); exits 0 when every step
+    did what it should."""
+    return run_demo(workdir=Path(args.workdir), graph_ref=args.graph, redis_url=args.redis)
 
 
 def run_demo(*, workdir: Path, graph_ref: str, redis_url: str | None = None) -> int:

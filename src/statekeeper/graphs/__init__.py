@@ -8,18 +8,13 @@
 ...     if result.interrupts:
 ...         result = runner.resume(result.thread_id, answer="yes")
 
-See ``docs/graphs.md`` for the guarantees: what is recorded in checkpoint metadata, how
-migrations are written, and what resume and fork do.
+Its errors (``AnswerRequiredError``, ``GraphLoadError``, ``StateValidationError``...) are
+in :mod:`statekeeper.errors`. See ``docs/graphs.md`` for the guarantees: what is recorded
+in checkpoint metadata, how migrations are written, and what resume and fork do.
 """
 
 from __future__ import annotations
 
-from statekeeper.errors import (
-    AnswerRequiredError,
-    GraphLoadError,
-    NoPendingInterruptError,
-    StateValidationError,
-)
 from statekeeper.graphs.loading import load_graph
 from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
 from statekeeper.graphs.runner import NO_ANSWER, Runner
@@ -27,15 +22,11 @@ from statekeeper.graphs.state import Migration, VersionedState
 
 __all__ = [
     "NO_ANSWER",
-    "AnswerRequiredError",
     "ForkResult",
-    "GraphLoadError",
     "Migration",
     "MigrationResult",
-    "NoPendingInterruptError",
     "RunResult",
     "Runner",
-    "StateValidationError",
     "VersionedState",
     "load_graph",
 ]

@@ -47,7 +47,7 @@ from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
 from statekeeper.graphs.state import VersionedState, validate
 from statekeeper.threads import summarize
 
-__all__ = ["NO_ANSWER", "AnswerRequiredError", "NoPendingInterruptError", "Runner"]
+__all__ = ["NO_ANSWER", "Runner"]
 
 
 class _NoAnswer:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory, PendingWrite
@@ -33,7 +34,7 @@ from statekeeper.backends.file._values import Known, Lines, Memo, lines_of, read
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.checkpointers.semantics import checkpoint_config, matches
 
-__all__ = ["delta_history", "load", "pending_writes", "task_writes"]
+__all__ = ["Reader", "delta_history", "load", "pending_writes", "task_writes"]
 
 log = logging.getLogger("statekeeper.backends.file.checkpointer")
 
@@ -50,70 +51,100 @@ def load(
     memo: Memo | None = None,
     seen: Mapping[str, Entry] | None = None,
 ) -> CheckpointTuple | None:
-    """The tuple of a listed checkpoint; None if ``filter`` rejects it, if it was deleted
-    while being read, or (reading leniently, ``on_corrupt="fallback"``, and ``may_skip``)
-    if it is damaged, which is then logged. ``seen`` holds lines already read (by
-    ``Store.newest``), which need not be looked up again.
+    """The tuple of a listed checkpoint, or None: :meth:`Reader.load` with a reader of
+    these parts (``seen``: lines already read, see :class:`Reader`).
 
     Raises:
         CorruptCheckpointError: it is damaged, naming the thread, checkpoint and file.
     """
-    checkpoint_id = entry.checkpoint_id
-    try:
-        return _read_tuple(serde, store, n, entry, recent, filter, memo, seen or {})
-    except FileNotFoundError as missing:
-        if next(store.newest(n, None, checkpoint_id), None) is None:
-            return None  # deleted (pruned, thread removed) while we read it: not damage
-        reason = getattr(missing, "reason", "the file is missing")
-        error = corrupt_error(n, checkpoint_id, missing.args[0], reason)
-    except Damaged as damage:
-        error = corrupt_error(n, checkpoint_id, damage.path, damage.reason)
-    if may_skip and store.lenient:
-        log.warning("%s; skipped, using an older checkpoint (on_corrupt='fallback')", error)
-        return None
-    raise error
+    reader = Reader(serde, store, n, recent, memo, seen or {})
+    return reader.load(entry, may_skip=may_skip, filter=filter)
 
 
-def _read_tuple(
-    serde: SerializerProtocol,
-    store: Store,
-    n: Namespace,
-    entry: Entry,
-    recent: RecentPayloads,
-    filter: dict[str, Any] | None,
-    memo: Memo | None,
-    seen: Mapping[str, Entry],
-) -> CheckpointTuple | None:
-    record = entry.record
-    if filter and not matches(record["metadata"], filter):
-        return None
-    checkpoint: Checkpoint = decode(serde, *n.checkpoint_payload(entry))
-    versions = record["channel_versions"]
-    values = {}
-    with contextlib.ExitStack() as stack:
-        opened: list[Lines] = []
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """Reads checkpoints of namespace ``n`` with the saver's ``serde``, store and last
+    written payloads (``recent``); while listing, also with the payloads rebuilt from
+    deltas so far (``memo``) and the lines already read by ``Store.newest`` (``seen``),
+    which need not be looked up again."""
 
-        def lines(checkpoint_id: str) -> Entry | None:
-            if checkpoint_id == entry.checkpoint_id:
-                return entry
-            if checkpoint_id in seen:
-                return seen[checkpoint_id]
-            if not opened:  # open the file only for values stored by other lines
-                opened.append(lines_of(stack.enter_context(store.index(n)), entry))
-            return opened[0](checkpoint_id)
+    serde: SerializerProtocol
+    store: Store
+    n: Namespace
+    recent: RecentPayloads
+    memo: Memo | None = None
+    seen: Mapping[str, Entry] = field(default_factory=dict)
 
-        for channel, at in record["values"].items():
-            payload = read_value(n, lines, at, channel, versions[channel], Known(recent, memo))
-            values[channel] = decode(serde, *payload)
-    checkpoint["channel_values"] = values
-    parent = entry.parent_id
-    return CheckpointTuple(
-        config=checkpoint_config(n.thread_id, n.ns, entry.checkpoint_id),
-        checkpoint=checkpoint,
-        metadata=record["metadata"],
-        parent_config=checkpoint_config(n.thread_id, n.ns, parent) if parent else None,
-        pending_writes=pending_writes(serde, n.write_rows(entry.checkpoint_id)),
-    )
+    def load(
+        self, entry: Entry, *, may_skip: bool, filter: dict[str, Any] | None = None
+    ) -> CheckpointTuple | None:
+        """The tuple of a listed checkpoint; None if ``filter`` rejects it, if it was
+        deleted while being read, or (reading leniently, ``on_corrupt="fallback"``, and
+        ``may_skip``) if it is damaged, which is then logged.
+
+        Raises:
+            CorruptCheckpointError: it is damaged, naming the thread, checkpoint and file.
+        """
+        if filter and not matches(entry.record["metadata"], filter):
+            return None
+        n, checkpoint_id = self.n, entry.checkpoint_id
+        try:
+            return self.read(entry)
+        except FileNotFoundError as missing:
+            if next(self.store.newest(n, None, checkpoint_id), None) is None:
+                return None  # deleted (pruned, thread removed) while we read it: not damage
+            reason = getattr(missing, "reason", "the file is missing")
+            error = corrupt_error(n, checkpoint_id, missing.args[0], reason)
+        except Damaged as damage:
+            error = corrupt_error(n, checkpoint_id, damage.path, damage.reason)
+        if may_skip and self.store.lenient:
+            log.warning("%s; skipped, using an older checkpoint (on_corrupt='fallback')", error)
+            return None
+        raise error
+
+    def read(self, entry: Entry) -> CheckpointTuple:
+        """The checkpoint of ``entry`` with its values and pending writes, unfiltered.
+
+        Raises:
+            Damaged: a part of it is damaged.
+            FileNotFoundError: a file it needs is gone (damage, or deleted meanwhile).
+        """
+        n, record = self.n, entry.record
+        checkpoint: Checkpoint = decode(self.serde, *n.checkpoint_payload(entry))
+        checkpoint["channel_values"] = self._values(entry)
+        parent = entry.parent_id
+        return CheckpointTuple(
+            config=checkpoint_config(n.thread_id, n.ns, entry.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=record["metadata"],
+            parent_config=checkpoint_config(n.thread_id, n.ns, parent) if parent else None,
+            pending_writes=pending_writes(self.serde, n.write_rows(entry.checkpoint_id)),
+        )
+
+    def _values(self, entry: Entry) -> dict[str, Any]:
+        """The channel values of ``entry``, decoded. The ``checkpoints`` file is opened
+        (once) only for values stored by lines not at hand."""
+        record = entry.record
+        versions = record["channel_versions"]
+        values = {}
+        with contextlib.ExitStack() as stack:
+            opened: list[Lines] = []
+
+            def lines(checkpoint_id: str) -> Entry | None:
+                if checkpoint_id == entry.checkpoint_id:
+                    return entry
+                if checkpoint_id in self.seen:
+                    return self.seen[checkpoint_id]
+                if not opened:  # open the file only for values stored by other lines
+                    opened.append(lines_of(stack.enter_context(self.store.index(self.n)), entry))
+                return opened[0](checkpoint_id)
+
+            known = Known(self.recent, self.memo)
+            for channel, at in record["values"].items():
+                version = versions[channel]
+                payload = read_value(self.n, lines, at, channel, version, known)
+                values[channel] = decode(self.serde, *payload)
+        return values
 
 
 def task_writes(

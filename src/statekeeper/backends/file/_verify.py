@@ -27,7 +27,7 @@ import itertools
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -132,27 +132,70 @@ def _namespace(store: Store, ns_dir: Path) -> Namespace | CorruptFile | None:
 def _verify_namespace(
     store: Store, n: Namespace, quarantine: bool, stamp: str
 ) -> list[CorruptFile]:
+    """Every problem of one namespace, in the order the module docstring lists the checks;
+    with ``quarantine``, also set aside what is damaged (:func:`_quarantine`)."""
+    _remove_temporary_files(n)
+    entries, damage = _read_log(n, CHECKPOINTS)
+    writes, writes_damage = _read_log(n, WRITES)
+    findings = _Findings(n, entries, writes, index_damaged=bool(damage))
+    findings.add_damage(n.index, damage)
+    findings.add_damage(n.writes_log, writes_damage)
+    findings.bad_writes.update(d.checkpoint_id for d in writes_damage)
+    _check_write_rows(findings)
+    damaged = _check_records(findings)
+    _check_checkpoints(findings, damaged)
+    if quarantine and findings.problems:
+        _quarantine(store, findings, stamp)
+    return findings.problems
+
+
+@dataclass
+class _Findings:
+    """What the checks of one namespace found so far, and what quarantine acts on."""
+
+    n: Namespace
+    entries: list[Entry]  # the intact lines of the checkpoints log
+    writes: list[Entry]  # the intact lines of the writes log
+    index_damaged: bool  # the checkpoints log has a damaged line or header
+    problems: list[CorruptFile] = field(default_factory=list)
+    # checkpoints whose writes cannot be read: the id of every damaged line of the writes
+    # log (None for its header), so this is empty only if that log is intact
+    bad_writes: set[str | None] = field(default_factory=set)
+    doomed: set[str] = field(default_factory=set)  # checkpoints that cannot be loaded
+
+    def add(self, path: Path, reason: str, checkpoint_id: str | None = None) -> None:
+        n = self.n
+        self.problems.append(CorruptFile(path, reason, n.thread_id, n.ns, checkpoint_id))
+
+    def add_damage(self, log: Path, damage: list[DamagedIndex]) -> None:
+        for d in damage:
+            self.add(log, str(d), d.checkpoint_id)
+
+
+def _remove_temporary_files(n: Namespace) -> None:
+    """Delete what interrupted writes left: they never held a committed checkpoint."""
     for folder in (n.dir, *(n.dir / sub for sub in SUBDIRS)):
         for name in os.listdir(folder) if folder.is_dir() else ():  # noqa: PTH208
             if name.startswith(TEMP_PREFIX):
                 (folder / name).unlink(missing_ok=True)
 
-    def problem(path: Path, reason: str, checkpoint_id: str | None = None) -> CorruptFile:
-        return CorruptFile(path, reason, n.thread_id, n.ns, checkpoint_id)
 
-    entries, damage = _read_log(n, CHECKPOINTS)
-    writes, writes_damage = _read_log(n, WRITES)
-    found = [problem(n.index, str(d), d.checkpoint_id) for d in damage]
-    found += [problem(n.writes_log, str(d), d.checkpoint_id) for d in writes_damage]
-    bad_writes = {d.checkpoint_id for d in writes_damage}
-    for checkpoint_id in sorted({e.checkpoint_id for e in writes}):
+def _check_write_rows(findings: _Findings) -> None:
+    """Read each checkpoint's writes from intact lines; a checkpoint whose rows cannot be
+    read is reported once (not again if its line was already reported damaged)."""
+    n = findings.n
+    for checkpoint_id in sorted({e.checkpoint_id for e in findings.writes}):
         try:
             n.write_rows(checkpoint_id)
         except Damaged as exc:
-            if checkpoint_id not in bad_writes:  # else already reported as a damaged line
-                found.append(problem(n.writes_log, exc.reason, checkpoint_id))
-                bad_writes.add(checkpoint_id)
+            if checkpoint_id not in findings.bad_writes:
+                findings.add(n.writes_log, exc.reason, checkpoint_id)
+                findings.bad_writes.add(checkpoint_id)
 
+
+def _check_records(findings: _Findings) -> set[str]:
+    """Check every value file of ours; return the names of the damaged ones."""
+    n = findings.n
     damaged: set[str] = set()
     for name in record_names(n.values_dir):  # other names are not ours
         path = n.values_dir / name
@@ -162,38 +205,42 @@ def _verify_namespace(
             continue
         except Damaged as exc:
             damaged.add(name)
-            found.append(problem(path, exc.reason))
+            findings.add(path, exc.reason)
+    return damaged
 
-    by_id = {e.checkpoint_id: e for e in entries}
-    doomed: set[str] = set()
-    for entry in entries:
+
+def _check_checkpoints(findings: _Findings, damaged: set[str]) -> None:
+    """Report (and doom) each listed checkpoint that can no longer be loaded."""
+    n = findings.n
+    by_id = {e.checkpoint_id: e for e in findings.entries}
+    for entry in findings.entries:
         if entry.deleted:
             continue
         needs = _needs(n, entry, by_id, damaged)
-        if entry.checkpoint_id in bad_writes:
+        if entry.checkpoint_id in findings.bad_writes:
             needs.append(f"its writes in {n.writes_log.name} are damaged")
         if needs:
             reason = f"checkpoint {entry.checkpoint_id!r} cannot be loaded: " + "; ".join(needs)
-            found.append(problem(n.index, reason, entry.checkpoint_id))
-            doomed.add(entry.checkpoint_id)
+            findings.add(n.index, reason, entry.checkpoint_id)
+            findings.doomed.add(entry.checkpoint_id)
 
-    if quarantine and found:
-        for item in found:
-            if item.path not in (n.index, n.writes_log):
-                _move(store, item.path, stamp)
-        if damage or doomed:  # keep the whole file aside, then drop what cannot load
-            _keep_copy(store, n.index, stamp)
-            kept = retire(entries, doomed)
-            _file_index.rewrite(
-                n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable
-            )
-        if writes_damage or bad_writes or any(e.checkpoint_id in doomed for e in writes):
-            _keep_copy(store, n.writes_log, stamp)
-            left = [e for e in writes if e.checkpoint_id not in doomed | bad_writes]
-            _file_index.rewrite(
-                n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable
-            )
-    return found
+
+def _quarantine(store: Store, findings: _Findings, stamp: str) -> None:
+    """Move each damaged value file aside; keep a copy of each log with damaged lines or
+    lines of checkpoints that cannot load, and rewrite it without them."""
+    n, doomed = findings.n, findings.doomed
+    for item in findings.problems:
+        if item.path not in (n.index, n.writes_log):
+            _move(store, item.path, stamp)
+    if findings.index_damaged or doomed:  # keep the whole file aside, then drop what cannot load
+        _keep_copy(store, n.index, stamp)
+        kept = retire(findings.entries, doomed)
+        _file_index.rewrite(n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable)
+    if findings.bad_writes or any(e.checkpoint_id in doomed for e in findings.writes):
+        _keep_copy(store, n.writes_log, stamp)
+        dropped = doomed | findings.bad_writes
+        left = [e for e in findings.writes if e.checkpoint_id not in dropped]
+        _file_index.rewrite(n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable)
 
 
 def _keep_copy(store: Store, path: Path, stamp: str) -> None:

@@ -65,6 +65,85 @@ class _Source:
     last: bytes | None = None
 
 
+@dataclass
+class _Budget:
+    """How many more checkpoints a listing may emit (``None``: no limit)."""
+
+    remaining: int | None
+
+    def page(self, filter: dict[str, Any] | None) -> int:
+        """How many to ask for next: a full page when a filter may reject some or there is
+        no limit, else no more than may still be emitted."""
+        return PAGE if filter or self.remaining is None else min(self.remaining, PAGE)
+
+    def spend(self) -> bool:
+        """Count one emitted checkpoint; True when it was the last the limit allows."""
+        if self.remaining is None:
+            return False
+        self.remaining -= 1
+        return self.remaining == 0
+
+
+@dataclass
+class _Merge:
+    """The ``ids`` indexes of several threads merged newest first (:func:`rank`), each
+    read ``page`` members at a time below ``top`` (``b"+"``: from the newest)."""
+
+    sources: list[_Source]
+    top: bytes
+    page: int
+    heap: list[tuple[bytes, int, bytes]] = field(default_factory=list)  # rank, source, member
+
+    def start(self) -> Op[None]:
+        """Read the first page of every index, ``SCAN`` indexes per batch."""
+        for start in range(0, len(self.sources), SCAN):
+            chunk = range(start, min(start + SCAN, len(self.sources)))
+            replies = yield Batch(tuple(self._fetch(self.sources[i]) for i in chunk))
+            for i, members in zip(chunk, replies, strict=True):
+                self._refill(self.sources[i], members)
+                self._push(i)
+
+    def take(self, want: int) -> Op[list[tuple[int, bytes]]]:
+        """Up to ``want`` next members, newest first, as ``(source, ref)``; an index whose
+        page runs out is read further before its next member is ranked."""
+        group: list[tuple[int, bytes]] = []
+        while self.heap and len(group) < want:
+            _, index, member = heapq.heappop(self.heap)
+            group.append((index, swap(member)))
+            source = self.sources[index]
+            if not source.buffer and source.more:
+                self._refill(source, (yield self._fetch(source)))
+            self._push(index)
+        return group
+
+    def _fetch(self, source: _Source) -> Cmd:
+        high = self.top if source.last is None else b"(" + source.last
+        return Cmd(("ZRANGE", source.keys[0], high, b"-", "BYLEX", "REV", "LIMIT", 0, self.page))
+
+    def _refill(self, source: _Source, members: list[bytes]) -> None:
+        source.buffer, source.more = list(members), len(members) == self.page
+        if members:
+            source.last = members[-1]
+
+    def _push(self, index: int) -> None:
+        source = self.sources[index]
+        if source.buffer:
+            member = source.buffer.pop(0)
+            heapq.heappush(self.heap, (rank(member, source.thread_id), index, member))
+
+
+def _span(ns: str | None, checkpoint_id: str | None, below: str | None) -> tuple[str, bytes, bytes]:
+    """The index (``"ns"`` or ``"ids"``) and the ``BYLEX`` range a listing of one thread
+    walks: one namespace (below ``below``), else the checkpoints with one id in any
+    namespace, else all of them below ``below``."""
+    if ns is not None:
+        high = b"(" + ordered(ns) + (ordered(below) if below is not None else b"\xff")
+        return "ns", b"[" + ordered(ns), high
+    if checkpoint_id is not None:
+        return "ids", b"[" + ordered(checkpoint_id), b"(" + ordered(checkpoint_id) + b"\xff"
+    return "ids", b"-", (b"(" + ordered(below) if below is not None else b"+")
+
+
 class Reads(Layout):
     """The reading operations. ``serde`` is passed to each call because LangGraph's
     ``with_allowlist`` clones a saver with another serializer."""
@@ -161,48 +240,76 @@ class Reads(Layout):
             return
         if thread_id is None:
             yield from self._list_all(serde, filter, below, limit)
-            return
+        elif ns is not None and checkpoint_id is not None:
+            yield from self._list_one(serde, thread_id, ns, checkpoint_id, filter)
+        else:
+            span = _span(ns, checkpoint_id, below)
+            yield from self._list_thread(serde, thread_id, ns, span, filter, _Budget(limit))
+
+    def _list_one(
+        self,
+        serde: SerializerProtocol,
+        thread_id: str,
+        ns: str,
+        checkpoint_id: str,
+        filter: dict[str, Any] | None,
+    ) -> Stream:
+        """The one checkpoint a thread, namespace and id name, if it matches: one script."""
+        known, data = self.written.known(thread_id, ns)
+        ref = ordered(ns) + ordered(checkpoint_id)
+        keys = self.keys(thread_id)
+        items = yield from self._read(thread_id, keys, "f", "refs", ref, known=known)
+        for item in items:
+            if item[1] and self._matches(item, filter):
+                yield Emit(self._tuple(serde, thread_id, item, Payloads(data)))
+
+    def _list_thread(
+        self,
+        serde: SerializerProtocol,
+        thread_id: str,
+        ns: str | None,
+        span: tuple[str, bytes, bytes],
+        filter: dict[str, Any] | None,
+        budget: _Budget,
+    ) -> Stream:
+        """One thread's checkpoints in ``span`` (see :func:`_span`), newest first: one
+        READ per page; with a filter, pages of records, then the matches in full."""
         keys = self.keys(thread_id)
         known, data = self.written.known(thread_id, ns)
-        if ns is not None and checkpoint_id is not None:
-            ref = ordered(ns) + ordered(checkpoint_id)
-            items = yield from self._read(thread_id, keys, "f", "refs", ref, known=known)
-            for item in items:
-                if item[1] and self._matches(item, filter):
-                    yield Emit(self._tuple(serde, thread_id, item, Payloads(data)))
-            return
-        mode, low, high = "ids", b"-", b"+"
-        if ns is not None:  # one namespace: its range of the ns index
-            mode, low, high = "ns", b"[" + ordered(ns), b"(" + ordered(ns) + b"\xff"
-            if below is not None:
-                high = b"(" + ordered(ns) + ordered(below)
-        elif checkpoint_id is not None:  # one id, any namespace
-            low, high = b"[" + ordered(checkpoint_id), b"(" + ordered(checkpoint_id) + b"\xff"
-        elif below is not None:
-            high = b"(" + ordered(below)
-        remaining = limit
+        mode, low, high = span
         while True:
-            size = PAGE if filter or remaining is None else min(remaining, PAGE)
+            size = budget.page(filter)
             what = "r" if filter else "f"
             items = yield from self._read(
                 thread_id, keys, what, mode, low, high, size, known=() if filter else known
             )
-            found = [item for item in items if item[1] and self._matches(item, filter)]
-            if filter and found:
-                refs = [item[0] for item in found]
-                found = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
+            found = yield from self._matching(thread_id, keys, items, filter, known)
             payloads = Payloads(data)  # one per READ reply: it sends each value once
             for item in found:
                 if item[1]:
                     yield Emit(self._tuple(serde, thread_id, item, payloads))
-                    if remaining is not None:
-                        remaining -= 1
-                        if remaining == 0:
-                            return
+                    if budget.spend():
+                        return
             if len(items) < size:
                 return
             last = items[-1][0]
             high = b"(" + (swap(last) if mode == "ids" else last)
+
+    def _matching(
+        self,
+        thread_id: str,
+        keys: tuple[bytes, ...],
+        items: list[Item],
+        filter: dict[str, Any] | None,
+        known: Sequence[bytes],
+    ) -> Op[list[Item]]:
+        """The items of a page that exist and match ``filter``. With a filter the page
+        holds records only, so the matches are read again in full (one READ)."""
+        found = [item for item in items if item[1] and self._matches(item, filter)]
+        if filter and found:
+            refs = [item[0] for item in found]
+            found = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
+        return found
 
     def _list_all(
         self,
@@ -216,48 +323,15 @@ class Reads(Layout):
         tags = yield from self.registered()
         sources = [_Source(untag(t), self.keys(untag(t))) for t in tags]
         top = b"(" + ordered(below) if below is not None else b"+"
-        page = PAGE if filter or limit is None else min(limit, PAGE)
-
-        def fetch(source: _Source) -> Cmd:
-            high = top if source.last is None else b"(" + source.last
-            return Cmd(("ZRANGE", source.keys[0], high, b"-", "BYLEX", "REV", "LIMIT", 0, page))
-
-        def refill(source: _Source, members: list[bytes]) -> None:
-            source.buffer, source.more = list(members), len(members) == page
-            if members:
-                source.last = members[-1]
-
-        heap: list[tuple[bytes, int, bytes]] = []  # (rank, source, ids member)
-
-        def push(index: int) -> None:
-            source = sources[index]
-            if source.buffer:
-                member = source.buffer.pop(0)
-                heapq.heappush(heap, (rank(member, source.thread_id), index, member))
-
-        for start in range(0, len(sources), SCAN):
-            chunk = range(start, min(start + SCAN, len(sources)))
-            replies = yield Batch(tuple(fetch(sources[i]) for i in chunk))
-            for i, members in zip(chunk, replies, strict=True):
-                refill(sources[i], members)
-                push(i)
-        remaining = limit
-        while heap:
-            want = PAGE if filter or remaining is None else min(remaining, PAGE)
-            group: list[tuple[int, bytes]] = []  # (source, ref)
-            while heap and len(group) < want:
-                _, index, member = heapq.heappop(heap)
-                group.append((index, swap(member)))
-                source = sources[index]
-                if not source.buffer and source.more:
-                    refill(source, (yield fetch(source)))
-                push(index)
+        budget = _Budget(limit)
+        merge = _Merge(sources, top, page=budget.page(filter))
+        yield from merge.start()
+        while merge.heap:
+            group = yield from merge.take(budget.page(filter))
             for tup in (yield from self._load_group(serde, sources, group, filter)):
                 yield Emit(tup)
-                if remaining is not None:
-                    remaining -= 1
-                    if remaining == 0:
-                        return
+                if budget.spend():
+                    return
 
     def _load_group(
         self,

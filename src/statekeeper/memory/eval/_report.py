@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statekeeper.cli._console import table
+from statekeeper._console import table
 from statekeeper.memory.eval._dataset import NO_ANSWER
 from statekeeper.memory.eval._metrics import MetricSet, Outcome, aggregate
 

@@ -1,7 +1,8 @@
-"""Terminal output for the CLI: aligned tables, JSON for anything stored, a progress bar.
+"""Terminal output: aligned tables, JSON for anything stored, a progress bar.
 
-Nothing here decides what to show; :mod:`statekeeper.cli` does. Output goes to stdout,
-progress and diagnostics to stderr, so ``--json`` output can always be piped.
+Shared by the CLI and text reports (``statekeeper.memory.eval.render``). Nothing here
+decides what to show; the callers do. Output goes to stdout, progress and diagnostics to
+stderr, so ``--json`` output can always be piped.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import enum
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from pydantic import BaseModel
@@ -27,33 +28,57 @@ def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data, for display: messages keep their type, content,
     id and tool calls; models and data classes become their fields; bytes become base64;
     anything else unknown its ``repr``."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, Mapping):
-        return {str(key): jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(item) for item in value]
-    if hasattr(value, "content") and hasattr(value, "type"):  # a LangChain message
-        shown = {"type": value.type, "content": jsonable(value.content)}
-        for key in ("id", "name", "tool_calls", "tool_call_id"):
-            if getattr(value, key, None):
-                shown[key] = jsonable(getattr(value, key))
-        return shown
-    if isinstance(value, BaseModel):
-        return jsonable(value.model_dump(mode="python"))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, enum.Enum):
-        return jsonable(value.value)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, bytes):
-        return {"base64": base64.b64encode(value).decode()}
-    if hasattr(value, "_asdict"):
-        return jsonable(value._asdict())
+    for applies, convert in _CONVERSIONS:
+        if applies(value):
+            return convert(value)
     return repr(value)
+
+
+def _instance_of(*kinds: type) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, kinds)
+
+
+def _is_message(value: Any) -> bool:
+    return hasattr(value, "content") and hasattr(value, "type")  # a LangChain message
+
+
+def _message(value: Any) -> dict[str, Any]:
+    shown = {"type": value.type, "content": jsonable(value.content)}
+    for key in ("id", "name", "tool_calls", "tool_call_id"):
+        if getattr(value, key, None):
+            shown[key] = jsonable(getattr(value, key))
+    return shown
+
+
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _fields(value: Any) -> Any:
+    return jsonable({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+
+
+# the first that applies converts: the order decides, e.g. a LangChain message is a
+# pydantic model but shows as a message, and a named tuple is a list
+_CONVERSIONS: tuple[tuple[Callable[[Any], bool], Callable[[Any], Any]], ...] = (
+    (_instance_of(type(None), str, int, float, bool), lambda value: value),
+    (
+        _instance_of(Mapping),
+        lambda value: {str(key): jsonable(item) for key, item in value.items()},
+    ),
+    (_instance_of(list, tuple, set, frozenset), lambda value: [jsonable(i) for i in value]),
+    (_is_message, _message),
+    (_instance_of(BaseModel), lambda value: jsonable(value.model_dump(mode="python"))),
+    (_is_dataclass_instance, _fields),
+    (
+        _instance_of(datetime.datetime, datetime.date, datetime.time),
+        lambda value: value.isoformat(),
+    ),
+    (_instance_of(enum.Enum), lambda value: jsonable(value.value)),
+    (_instance_of(os.PathLike), os.fspath),
+    (_instance_of(bytes), lambda value: {"base64": base64.b64encode(value).decode()}),
+    (lambda value: hasattr(value, "_asdict"), lambda value: jsonable(value._asdict())),
+)
 
 
 def dumps(value: Any, *, indent: int | None = 2) -> str:

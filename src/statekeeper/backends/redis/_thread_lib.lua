@@ -1,0 +1,189 @@
+-- Functions every thread script of the Redis checkpointer starts with (statekeeper.backends.redis._lua).
+-- KEYS are the thread's keys in the order of THREAD_KEYS; see docs/redis.md for the layout.
+
+local function part(s, pos)
+  local colon = string.find(s, ':', pos, true)
+  local n = tonumber(string.sub(s, pos, colon - 1))
+  return string.sub(s, colon + 1, colon + n), colon + n + 1
+end
+
+-- run part, referenced fields (loaded ones first), number loaded, parent id
+local function header(rec)
+  local run, pos = part(rec, 1)
+  local nload, nextra
+  nload, pos = part(rec, pos)
+  nextra, pos = part(rec, pos)
+  nload = tonumber(nload)
+  local fields = {}
+  for i = 1, nload + tonumber(nextra) do
+    fields[i], pos = part(rec, pos)
+  end
+  local parent = part(rec, pos)
+  return run, fields, nload, parent
+end
+
+local function enc(s)
+  return (string.gsub(s, '%z', '\0\255')) .. '\0\1'
+end
+
+-- E(a) E(b) -> E(b) E(a)
+local function swap(m)
+  local i = string.find(m, '\0\1', 1, true)
+  return string.sub(m, i + 2) .. string.sub(m, 1, i + 1)
+end
+
+local function hmget(key, fields, first, last)
+  local out = {}
+  for i = first, last, 500 do
+    local chunk = redis.call('HMGET', key, unpack(fields, i, math.min(i + 499, last)))
+    for j = 1, #chunk do out[#out + 1] = chunk[j] end
+  end
+  return out
+end
+
+local function writes_of(ref)
+  local fields = redis.call('ZRANGE', KEYS[7], '[' .. ref, '(' .. ref .. '\255', 'BYLEX')
+  local out = {}
+  if #fields > 0 then
+    local values = hmget(KEYS[6], fields, 1, #fields)
+    for i = 1, #fields do
+      out[2 * i - 1] = fields[i]
+      out[2 * i] = values[i]
+    end
+  end
+  return out
+end
+
+-- the server's time + ttl ms, as an integer string for PEXPIREAT
+local function deadline(ttl)
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  return string.format('%.0f', ms + ttl)
+end
+
+-- all thread keys expire together (one deadline), or never (ttl 0). Called after bump():
+-- refs then exists and has the thread's expiry (every write sets the stamp in it, and a
+-- refs the stamp creates gets the thread's expiry), so its PTTL tells whether the thread
+-- had one.
+local function expire(ttl)
+  ttl = tonumber(ttl)
+  if ttl > 0 then
+    local at = deadline(ttl)
+    for i = 1, 8 do redis.call('PEXPIREAT', KEYS[i], at) end
+  elseif ttl == 0 and redis.call('PTTL', KEYS[5]) >= 0 then
+    for i = 1, 8 do redis.call('PERSIST', KEYS[i]) end  -- a saver with a ttl wrote before
+  end
+end
+
+-- on a standalone server the registry of threads is KEYS[9], updated in the same script
+-- (ARGV[2] score, ARGV[3] member); in a Cluster it is in another slot, updated before
+local function register()
+  if #KEYS > 8 then redis.call('ZADD', KEYS[9], ARGV[2], ARGV[3]) end
+end
+
+-- Next to the reference counts, the refs hash holds for each value field f the field
+-- of the value it is a delta on ('\254' .. f) and its CRC ('\255' .. f), so that scripts
+-- never read values themselves: moving a large value through Lua is slow.
+
+-- drop one reference to each field; a value nothing references any more is deleted,
+-- and so is the reference it held on its base
+local function release(fields)
+  local i = 1
+  while i <= #fields do
+    local f = fields[i]
+    if redis.call('HINCRBY', KEYS[5], f, -1) <= 0 then
+      local b = redis.call('HGET', KEYS[5], '\254' .. f)
+      if b then fields[#fields + 1] = b end
+      redis.call('HDEL', KEYS[5], f, '\254' .. f, '\255' .. f)
+      redis.call('HDEL', KEYS[4], f)
+    end
+    i = i + 1
+  end
+end
+
+-- store a value (base field and crc may be ''); a delta holds a reference on its base.
+-- Only a value stored again (a retried put) can have an old base and crc to replace.
+local function set_value(f, v, base, crc)
+  local old = false
+  if redis.call('HSET', KEYS[4], f, v) == 0 then
+    old = redis.call('HGET', KEYS[5], '\254' .. f)
+    redis.call('HDEL', KEYS[5], '\254' .. f, '\255' .. f)
+  end
+  if base ~= '' then
+    redis.call('HINCRBY', KEYS[5], base, 1)
+    redis.call('HSET', KEYS[5], '\254' .. f, base, '\255' .. f, crc)
+  elseif crc ~= '' then
+    redis.call('HSET', KEYS[5], '\255' .. f, crc)
+  end
+  if old then release({old}) end
+end
+
+-- A value and the bases it is a delta on, nearest first ({} when missing or empty). A
+-- link is the stored value, or {field} for a value longer than INLINE bytes (the caller
+-- HMGETs it: large values are slow through Lua), or {field, 'm'} for a value already in
+-- this reply, or {field, '='} for a value whose CRC is the one the caller says it holds
+-- (known[field]): the chain stops at those two.
+local INLINE = 65536
+local sent, known = {}, {}
+local function chain(f)
+  local out = {}
+  for i = 1, 64 do
+    if sent[f] then
+      out[i] = {f, 'm'}
+      break
+    end
+    if known[f] and redis.call('HGET', KEYS[5], '\255' .. f) == known[f] then
+      out[i] = {f, '='}
+      break
+    end
+    local n = redis.call('HSTRLEN', KEYS[4], f)
+    if n == 0 then break end
+    sent[f] = true
+    if n <= INLINE then out[i] = redis.call('HGET', KEYS[4], f) else out[i] = {f} end
+    f = redis.call('HGET', KEYS[5], '\254' .. f)
+    if not f then break end
+  end
+  return out
+end
+
+-- Count up the change stamp of the thread whose ids, refs and wix keys are given (the
+-- field '\255' of refs, see the module docstring); a thread with no checkpoints and no
+-- writes left drops it (`live`: the caller just wrote some). A refs hash the stamp
+-- creates gets the thread's expiry.
+local function bump(ids, refs, wix, live)
+  if not live and redis.call('EXISTS', ids) == 0 and redis.call('EXISTS', wix) == 0 then
+    redis.call('HDEL', refs, '\255')
+    return
+  end
+  local old = redis.call('HGET', refs, '\255')
+  local epoch, n, fresh
+  if old then
+    local c = string.find(old, ':', 1, true)
+    epoch, n, fresh = string.sub(old, 1, c - 1), tonumber(string.sub(old, c + 1)), false
+  else
+    local now = redis.call('TIME')
+    epoch, n, fresh = now[1] .. '.' .. now[2], 0, redis.call('EXISTS', refs) == 0
+  end
+  redis.call('HSET', refs, '\255', epoch .. ':' .. string.format('%d', n + 1))
+  if fresh then
+    local ms = redis.call('PTTL', ids)
+    if ms < 0 then ms = redis.call('PTTL', wix) end
+    if ms > 0 then redis.call('PEXPIRE', refs, ms) end
+  end
+end
+
+-- delete one checkpoint, its writes, and the values nothing references any more
+local function drop(ref)
+  local rec = redis.call('HGET', KEYS[3], ref)
+  if not rec then return 0 end
+  local run, fields = header(rec)
+  release(fields)
+  if run ~= '' then redis.call('ZREM', KEYS[8], run .. ref) end
+  redis.call('HDEL', KEYS[3], ref)
+  redis.call('ZREM', KEYS[1], swap(ref))
+  redis.call('ZREM', KEYS[2], ref)
+  local wf = redis.call('ZRANGE', KEYS[7], '[' .. ref, '(' .. ref .. '\255', 'BYLEX')
+  for i = 1, #wf do redis.call('HDEL', KEYS[6], wf[i]) end
+  if #wf > 0 then redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. ref, '(' .. ref .. '\255') end
+  return 1
+end

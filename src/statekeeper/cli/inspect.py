@@ -1,0 +1,203 @@
+"""Commands that read threads and change nothing: ``threads``, ``history``, ``show`` and
+``diff``, each with its arguments next to its handler.
+
+An unknown thread or checkpoint exits 3, with a message that names it and the storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from statekeeper import _console
+from statekeeper.cli._common import EXIT, Commands, emit, open_saver
+from statekeeper.errors import ThreadNotFoundError
+from statekeeper.urls import redact
+
+__all__ = ["add_diff", "add_history", "add_show", "add_threads"]
+
+_NS_HELP = "checkpoint namespace (subgraphs); default: the root graph"
+
+
+def add_threads(commands: Commands) -> None:
+    sub = commands.add("threads", cmd_threads, "list threads, most recently written first")
+    sub.add_argument("--limit", type=int, default=None, metavar="N", help="show at most N")
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    """Every thread (at most ``--limit``), most recently written first, with its status,
+    next nodes, step, last write and graph."""
+    from statekeeper.threads import summaries
+
+    with open_saver(args.db) as saver:
+        rows = list(summaries(saver))[: args.limit]
+    emit(
+        args,
+        rows,
+        lambda: (
+            _console.table(
+                ["thread", "status", "next", "step", "updated", "graph"],
+                [
+                    (r.thread_id, r.status, ", ".join(r.next), r.step, r.updated, r.graph)
+                    for r in rows
+                ],
+            )
+            if rows
+            else "no threads"
+        ),
+    )
+    return EXIT["ok"]
+
+
+def add_history(commands: Commands) -> None:
+    sub = commands.add("history", cmd_history, "list a thread's checkpoints, newest first")
+    sub.add_argument("thread", help="thread id")
+    sub.add_argument("--limit", type=int, default=None, metavar="N", help="show at most N")
+    sub.add_argument("--ns", default="", help=_NS_HELP)
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    """The checkpoints of ``args.thread`` in namespace ``--ns``, newest first: id,
+    parent, step, source, next nodes, time and metadata."""
+    from statekeeper.threads import pending_nodes
+
+    with open_saver(args.db) as saver:
+        config = {"configurable": {"thread_id": args.thread, "checkpoint_ns": args.ns}}
+        tuples = list(saver.list(config, limit=args.limit))
+    if not tuples:
+        raise _not_found(args)
+    rows = [
+        {
+            "checkpoint_id": t.checkpoint["id"],
+            "parent_id": (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+            "step": t.metadata.get("step"),
+            "source": t.metadata.get("source"),
+            "next": list(pending_nodes(t.checkpoint)),
+            "ts": t.checkpoint["ts"],
+            "metadata": t.metadata,
+        }
+        for t in tuples
+    ]
+    emit(
+        args,
+        rows,
+        lambda: _console.table(
+            ["checkpoint", "step", "source", "next", "time"],
+            [
+                (r["checkpoint_id"], r["step"], r["source"], ", ".join(r["next"]), r["ts"])
+                for r in rows
+            ],
+        ),
+    )
+    return EXIT["ok"]
+
+
+def add_show(commands: Commands) -> None:
+    sub = commands.add("show", cmd_show, "show the state stored at a checkpoint")
+    sub.add_argument("thread", help="thread id")
+    sub.add_argument("--checkpoint", metavar="ID", help="checkpoint id (default: the newest)")
+    sub.add_argument("--ns", default="", help=_NS_HELP)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """The state stored at ``--checkpoint`` (default: the newest) as JSON, with its
+    metadata, next nodes and pending interrupts; channels LangGraph uses internally
+    are left out."""
+    from statekeeper.threads import pending_nodes
+
+    with open_saver(args.db) as saver:
+        tup = _checkpoint(saver, args, args.checkpoint)
+    data = {
+        "thread_id": args.thread,
+        "checkpoint_id": tup.checkpoint["id"],
+        "ts": tup.checkpoint["ts"],
+        "metadata": tup.metadata,
+        "next": list(pending_nodes(tup.checkpoint)),
+        "interrupts": _interrupts(tup),
+        "values": {
+            key: value
+            for key, value in tup.checkpoint["channel_values"].items()
+            if not key.startswith(("branch:", "__"))
+        },
+    }
+    emit(args, data, lambda: _console.dumps(data))
+    return EXIT["ok"]
+
+
+def add_diff(commands: Commands) -> None:
+    sub = commands.add("diff", cmd_diff, "show what changed between two checkpoints")
+    sub.add_argument("thread", help="thread id")
+    sub.add_argument(
+        "from_", nargs="?", metavar="FROM", help="older checkpoint (default: TO's parent)"
+    )
+    sub.add_argument("to", nargs="?", metavar="TO", help="newer checkpoint (default: the newest)")
+    sub.add_argument("--ns", default="", help=_NS_HELP)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    """What changed in each channel from ``FROM`` (default: ``TO``'s parent) to ``TO``
+    (default: the newest checkpoint); a list that only grew shows just its new items."""
+    from statekeeper.threads import diff_values
+
+    with open_saver(args.db) as saver:
+        new = _checkpoint(saver, args, args.to)
+        if args.from_:
+            old = _checkpoint(saver, args, args.from_)
+        elif new.parent_config is not None:
+            old = saver.get_tuple(new.parent_config)
+        else:
+            old = None
+    old_values = old.checkpoint["channel_values"] if old else {}
+    changes = [
+        change
+        for change in diff_values(old_values, new.checkpoint["channel_values"])
+        if not change.channel.startswith(("branch:", "__"))
+    ]
+    data = {
+        "from": old.checkpoint["id"] if old else None,
+        "to": new.checkpoint["id"],
+        "changes": changes,
+    }
+
+    def text() -> str:
+        lines = [f"{data['from'] or '(nothing)'} -> {data['to']}"]
+        for change in changes:
+            mark = {"added": "+", "removed": "-", "changed": "~", "appended": "+"}[change.kind]
+            shown = change.old if change.kind == "removed" else change.new
+            lines.append(
+                f"{mark} {change.channel} ({change.kind}): {_console.dumps(shown, indent=None)}"
+            )
+        return "\n".join(lines if changes else [*lines, "no changes"])
+
+    emit(args, data, text)
+    return EXIT["ok"]
+
+
+# -- shared by the readers ----------------------------------------------------------------
+
+
+def _checkpoint(saver: Any, args: argparse.Namespace, checkpoint_id: str | None) -> Any:
+    """The checkpoint ``checkpoint_id`` (the newest when None) of ``args.thread``."""
+    configurable = {"thread_id": args.thread, "checkpoint_ns": args.ns}
+    if checkpoint_id:
+        configurable["checkpoint_id"] = checkpoint_id
+    tup = saver.get_tuple({"configurable": configurable})
+    if tup is None:
+        raise _not_found(args, checkpoint_id)
+    return tup
+
+
+def _not_found(args: argparse.Namespace, checkpoint_id: str | None = None) -> ThreadNotFoundError:
+    what = f"checkpoint {checkpoint_id!r} in thread" if checkpoint_id else "thread"
+    return ThreadNotFoundError(
+        f"no {what} {args.thread!r} in {redact(args.db)}; `statekeeper threads` lists threads"
+    )
+
+
+def _interrupts(tup: Any) -> list[dict[str, Any]]:
+    return [
+        {"id": getattr(value, "id", None), "value": getattr(value, "value", value)}
+        for _, channel, values in tup.pending_writes or ()
+        if channel == "__interrupt__"
+        for value in (values if isinstance(values, list | tuple) else [values])
+    ]

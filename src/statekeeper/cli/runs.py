@@ -1,0 +1,199 @@
+"""Commands that run a graph or change where a thread stands: ``run``, ``resume``,
+``fork`` and ``migrate``, each with its arguments next to its handler.
+
+``run`` and ``resume`` print the result of the run and exit 10 when it waits at an
+``interrupt()``; a node that raises exits 1 with its traceback, and the thread keeps its
+last completed step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from statekeeper import _console
+from statekeeper.cli._common import (
+    EXIT,
+    CommandError,
+    Commands,
+    NodeFailed,
+    emit,
+    open_saver,
+    threads_or_all,
+)
+from statekeeper.errors import AnswerRequiredError, StatekeeperError
+
+__all__ = ["add_fork", "add_migrate", "add_resume", "add_run"]
+
+
+def add_run(commands: Commands) -> None:
+    sub = commands.add("run", cmd_run, "start a graph on a new thread")
+    sub.add_argument("graph", help='the graph to run, as "package.module:attr"')
+    sub.add_argument("--input", metavar="JSON", help="the graph's input (a JSON object)")
+    sub.add_argument("--thread", metavar="ID", help="thread id (default: a new random id)")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Start ``args.graph`` on a new thread with the JSON ``--input``; the checkpoints
+    record the graph and its state schema version."""
+    from statekeeper.graphs import Runner
+
+    data = _json_arg(args.input, "--input") if args.input is not None else {}
+    with open_saver(args.db) as saver, _node_failure(args):
+        result = Runner(saver).run(args.graph, data, thread_id=args.thread)
+    return _run_result(args, result)
+
+
+def add_resume(commands: Commands) -> None:
+    sub = commands.add("resume", cmd_resume, "continue a thread from its last completed step")
+    sub.add_argument("thread", help="thread id")
+    sub.add_argument(
+        "--answer", metavar="VALUE", help="answer to a pending interrupt() (JSON, else text)"
+    )
+    sub.add_argument("--graph", metavar="REF", help="graph to use instead of the recorded one")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Continue ``args.thread`` from its last completed step, answering its pending
+    ``interrupt()`` with ``--answer``; a thread that waits for an answer and got none
+    exits 10 with the command that answers it."""
+    from statekeeper.graphs import Runner
+
+    with open_saver(args.db) as saver, _node_failure(args):
+        runner = Runner(saver)
+        try:
+            if args.answer is None:
+                result = runner.resume(args.thread, graph_ref=args.graph)
+            else:
+                answer = _answer(args.answer)
+                result = runner.resume(args.thread, answer=answer, graph_ref=args.graph)
+        except AnswerRequiredError as exc:
+            raise AnswerRequiredError(
+                f"{exc}: statekeeper resume {args.thread} --answer VALUE",
+                thread_id=exc.thread_id,
+                interrupts=exc.interrupts,
+            ) from None
+    return _run_result(args, result)
+
+
+def add_fork(commands: Commands) -> None:
+    sub = commands.add("fork", cmd_fork, "branch a thread from an earlier checkpoint")
+    sub.add_argument("thread", help="thread id")
+    sub.add_argument("checkpoint", help="the checkpoint to branch from")
+    sub.add_argument("--to", metavar="THREAD", help="new thread to fork into (default: same)")
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    """Branch ``args.thread`` at ``args.checkpoint`` into ``--to`` (default: the same
+    thread); nothing runs until ``resume``."""
+    from statekeeper.graphs import Runner
+
+    with open_saver(args.db) as saver:
+        result = Runner(saver).fork(args.thread, args.checkpoint, to_thread=args.to)
+    emit(
+        args,
+        result,
+        lambda: (
+            f"forked {result.source_thread_id} at {result.source_checkpoint_id}\n"
+            f"into   {result.thread_id} at {result.checkpoint_id}\n"
+            f"next   {', '.join(result.next) or '-'}\n"
+            f"continue with: statekeeper resume {result.thread_id}"
+        ),
+    )
+    return EXIT["ok"]
+
+
+def add_migrate(commands: Commands) -> None:
+    sub = commands.add("migrate", cmd_migrate, "upgrade threads to their graph's state schema")
+    sub.add_argument("threads", nargs="*", metavar="THREAD")
+    sub.add_argument("--all", action="store_true", help="every thread")
+    sub.add_argument("--graph", metavar="REF", help="graph to use instead of the recorded one")
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Upgrade the stored state of the named threads (or ``--all``) to their graph's
+    current schema version, without running anything."""
+    threads_or_all(args)  # before anything is imported or opened, as argparse would
+    from statekeeper.graphs import Runner
+    from statekeeper.threads import list_threads
+
+    with open_saver(args.db) as saver:
+        thread_ids = list_threads(saver) if args.all else args.threads
+        runner = Runner(saver)
+        results = {
+            thread_id: runner.migrate(thread_id, graph_ref=args.graph) for thread_id in thread_ids
+        }
+    emit(
+        args,
+        results,
+        lambda: _console.table(
+            ["thread", "schema version"],
+            [
+                (thread_id, f"{r.from_version} -> {r.to_version}" if r else "up to date")
+                for thread_id, r in results.items()
+            ],
+        ),
+    )
+    return EXIT["ok"]
+
+
+# -- shared by run and resume ------------------------------------------------------------
+
+
+def _run_result(args: argparse.Namespace, result: Any) -> int:
+    def text() -> str:
+        lines = [
+            f"thread      {result.thread_id}",
+            f"status      {result.status}",
+            f"checkpoint  {result.checkpoint_id}",
+        ]
+        if result.next:
+            lines.append(f"next        {', '.join(result.next)}")
+        for pending in result.interrupts:
+            value = getattr(pending, "value", pending)
+            lines.append(f"waiting on  {_console.dumps(value, indent=None)}")
+        if result.status == "interrupted":
+            lines.append(f"answer with: statekeeper resume {result.thread_id} --answer JSON")
+        return "\n".join(lines)
+
+    emit(args, result, text)
+    return EXIT["interrupted"] if result.status == "interrupted" else EXIT["ok"]
+
+
+@contextlib.contextmanager
+def _node_failure(args: argparse.Namespace) -> Iterator[None]:
+    """Report what a node raised as :class:`NodeFailed` (exit 1), with how to go on."""
+    try:
+        yield
+    except (StatekeeperError, CommandError):
+        raise
+    except Exception as exc:
+        thread = getattr(args, "thread", None) or "THREAD"
+        raise NodeFailed(
+            f"the graph raised {type(exc).__name__}: {exc}\n{_traceback(exc)}"
+            f"the thread keeps its last completed step; fix the cause, then run: "
+            f"statekeeper resume {thread}"
+        ) from exc
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc, limit=-3))
+
+
+def _json_arg(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise CommandError(f"{what} must be JSON ({exc}); a string is written '\"text\"'") from None
+
+
+def _answer(text: str) -> Any:
+    """``--answer``: JSON when it parses, else the text itself (``--answer yes``)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

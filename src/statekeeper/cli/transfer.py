@@ -1,0 +1,152 @@
+"""Commands that move threads between storages: ``copy``, ``export`` and ``import``, each
+with its arguments next to its handler.
+
+They report progress on stderr (a bar, only on a terminal) and how many threads,
+checkpoints and writes they moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from statekeeper import _console
+from statekeeper.cli._common import EXIT, CommandError, Commands, emit, open_saver, plural
+from statekeeper.urls import redact
+
+__all__ = ["add_copy", "add_export", "add_import"]
+
+
+def add_copy(commands: Commands) -> None:
+    sub = commands.add("copy", cmd_copy, "copy threads from one storage URL to another")
+    sub.add_argument("source", metavar="SRC_URL")
+    sub.add_argument("target", metavar="DST_URL")
+    sub.add_argument(
+        "--thread",
+        action="append",
+        metavar="ID",
+        help="copy this thread (repeatable; default: all)",
+    )
+
+
+def cmd_copy(args: argparse.Namespace) -> int:
+    """Copy the ``--thread`` threads (default: all) from ``SRC_URL`` to ``DST_URL``,
+    exactly; threads the target already has are refused (exit 5)."""
+    from statekeeper.transfer import copy_threads
+
+    bar, report = _progress("copy")
+    with open_saver(args.source) as source, open_saver(args.target) as target:
+        try:
+            stats = copy_threads(source, target, args.thread or None, progress=report)
+        finally:
+            bar.done()
+    emit(
+        args,
+        stats,
+        lambda: f"copied {_counts(stats)} from {redact(args.source)} to {redact(args.target)}",
+    )
+    return EXIT["ok"]
+
+
+def add_export(commands: Commands) -> None:
+    sub = commands.add("export", cmd_export, "write threads to a JSON Lines dump")
+    sub.add_argument(
+        "--thread",
+        action="append",
+        metavar="ID",
+        help="export this thread (repeatable; default: all)",
+    )
+    sub.add_argument(
+        "-o", "--output", default="-", metavar="FILE", help="dump file (default: stdout)"
+    )
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write the ``--thread`` threads (default: all) as a JSON Lines dump to ``--output``
+    (default: stdout); the summary goes to stderr, so stdout holds only the dump."""
+    from statekeeper.transfer import export_threads
+
+    bar, report = _progress("export")
+    with open_saver(args.db) as saver, _output(args.output) as out:
+        try:
+            stats = export_threads(saver, out, args.thread or None, progress=report)
+        finally:
+            bar.done()
+    message = f"exported {_counts(stats)}"
+    print(_console.dumps(stats) if args.json else message, file=sys.stderr)
+    return EXIT["ok"]
+
+
+def add_import(commands: Commands) -> None:
+    sub = commands.add("import", cmd_import, "load threads from a JSON Lines dump")
+    sub.add_argument("file", metavar="FILE", help="dump file ('-' for stdin)")
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Load the dump ``FILE`` (``-``: stdin); the whole dump is validated before anything
+    is written."""
+    from statekeeper.transfer import import_threads
+
+    bar, report = _progress("import")
+    with open_saver(args.db) as saver, _input(args.file) as src:
+        try:
+            stats = import_threads(saver, src, progress=report)
+        finally:
+            bar.done()
+    emit(
+        args,
+        stats,
+        lambda: f"imported {_counts(stats)} into {redact(args.db)}",
+    )
+    return EXIT["ok"]
+
+
+# -- shared by the transfers --------------------------------------------------------------
+
+
+def _progress(label: str) -> tuple[_console.Progress, Callable[[int, int, int], None]]:
+    bar = _console.Progress(label)
+
+    def report(threads_done: int, threads_total: int, checkpoints: int) -> None:
+        bar.update(threads_done, threads_total, f"threads, {checkpoints} checkpoints")
+
+    return bar, report
+
+
+def _counts(stats: Any) -> str:
+    return (
+        f"{plural(stats.threads, 'thread')} ({plural(stats.checkpoints, 'checkpoint')}, "
+        f"{plural(stats.writes, 'write')})"
+    )
+
+
+def _output(path: str) -> AbstractContextManager[Any]:
+    if path == "-":
+        return _Borrowed(sys.stdout)
+    return Path(path).open("w", encoding="utf-8", newline="\n")
+
+
+def _input(path: str) -> AbstractContextManager[Any]:
+    if path == "-":
+        return _Borrowed(sys.stdin)
+    try:
+        return Path(path).open(encoding="utf-8", newline="\n")
+    except OSError as exc:
+        raise CommandError(f"cannot read {path!r}: {exc.strerror}") from None
+
+
+class _Borrowed(AbstractContextManager[Any]):
+    """A stream this command did not open and must not close."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Any:
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        self.stream.flush() if hasattr(self.stream, "flush") else None
