@@ -1,5 +1,6 @@
 """Shared fixtures. ``BACKENDS`` is the one list of storage backends that every contract
-test is parametrised over; a new backend joins the whole suite by adding one entry."""
+test — checkpointer and memory store alike — is parametrised over; a new backend joins the
+whole suite by adding one entry."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ memory, as a summarizer writes it) and questions, the evidence behind
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,37 +20,11 @@ import pytest
 
 from statekeeper.memory.notes import Note, Provenance
 from statekeeper.memory.store import MemoryStore, open_store
+from tests.conftest import BACKENDS, Backend
 
-
-def _redis() -> Any:
-    """The session's Redis servers (tests/redis_servers.py), imported on first use."""
-    from tests.redis_servers import REDIS
-
-    return REDIS
-
-
-@dataclass(frozen=True)
-class StoreBackend:
-    name: str
-    url_for: Callable[[Path], str]  # tmp_path -> URL
-    persistent: bool  # does data survive close() + reopen of the same URL?
-    cleanup: Callable[[str], None] | None = None  # URL -> delete what the test stored
-
-    def __str__(self) -> str:
-        return self.name
-
-
-STORE_BACKENDS = [
-    StoreBackend("memory", lambda tmp: "memory://", persistent=False),
-    StoreBackend("sqlite", lambda tmp: f"sqlite:///{tmp}/mem.db", persistent=True),
-    StoreBackend("file", lambda tmp: f"file://{tmp}/memory", persistent=True),
-    StoreBackend(
-        "redis", lambda tmp: _redis().url("standalone"), True, lambda u: _redis().cleanup(u)
-    ),
-    StoreBackend(
-        "redis-cluster", lambda tmp: _redis().url("cluster"), True, lambda u: _redis().cleanup(u)
-    ),
-]
+# The one list of backends (tests/conftest.py): every backend serves a checkpointer and a
+# memory store; a store's URL is made for its own folder, ``tmp_path / "store"``.
+STORE_BACKENDS = BACKENDS
 
 
 # Matrices of cases that exercise only code every Redis deployment shares (filters,
@@ -61,13 +34,13 @@ MATRIX_BACKENDS = [backend for backend in STORE_BACKENDS if backend.name != "red
 
 
 @pytest.fixture(params=STORE_BACKENDS, ids=str)
-def store_backend(request: pytest.FixtureRequest) -> StoreBackend:
+def store_backend(request: pytest.FixtureRequest) -> Backend:
     return request.param  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def store_url(store_backend: StoreBackend, tmp_path: Path) -> Iterator[str]:
-    url = store_backend.url_for(tmp_path)
+def store_url(store_backend: Backend, tmp_path: Path) -> Iterator[str]:
+    url = store_backend.url_for(tmp_path / "store")
     yield url
     if store_backend.cleanup is not None:
         store_backend.cleanup(url)
@@ -82,8 +55,8 @@ def store(store_url: str) -> Iterator[MemoryStore]:
 @pytest.fixture(params=MATRIX_BACKENDS, ids=str)
 def matrix_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
     """``store`` for the matrices of cases described at ``MATRIX_BACKENDS``."""
-    backend: StoreBackend = request.param
-    url = backend.url_for(tmp_path)
+    backend: Backend = request.param
+    url = backend.url_for(tmp_path / "store")
     try:
         with open_store(url) as opened:
             yield opened

@@ -24,9 +24,9 @@ from statekeeper.memory.conflicts import (
     write_note,
     write_notes,
 )
-from statekeeper.memory.node import SummarizationNode
+from statekeeper.memory.node import NoteOptions, SummarizationNode
 from statekeeper.memory.notes import Note, Provenance
-from statekeeper.memory.recall import recall
+from statekeeper.memory.recall import Freshness, recall
 from statekeeper.memory.retrieval import format_memories
 from statekeeper.memory.store import SqliteStore
 from tests.memory.conftest import T0
@@ -90,11 +90,18 @@ class TestLatestWins:
 
     def test_recall_hides_the_superseded_note_except_in_its_window(self, any_store: Any) -> None:
         write_notes(any_store, NS, [LISBON, PORTO])
-        assert keys(recall(any_store, NS, "Where does Ana live?", as_of=LATER)) == [PORTO.key]
+        assert keys(
+            recall(any_store, NS, "Where does Ana live?", freshness=Freshness(as_of=LATER))
+        ) == [PORTO.key]
         in_window = T0 + datetime.timedelta(days=5)
-        assert keys(recall(any_store, NS, "Where does Ana live?", as_of=in_window)) == [LISBON.key]
+        assert keys(
+            recall(any_store, NS, "Where does Ana live?", freshness=Freshness(as_of=in_window))
+        ) == [LISBON.key]
         everything = recall(
-            any_store, NS, "Where does Ana live?", as_of=LATER, include_expired=True
+            any_store,
+            NS,
+            "Where does Ana live?",
+            freshness=Freshness(as_of=LATER, include_expired=True),
         )
         assert set(keys(everything)) == {LISBON.key, PORTO.key}
         lines = format_memories(everything).splitlines()
@@ -134,7 +141,7 @@ class TestLatestWins:
         assert after[PORTO.key] == before[PORTO.key]
         assert after[LISBON.key].superseded_by == PORTO.key
         assert after[LISBON.key].valid_to == PORTO.valid_from
-        assert keys(recall(any_store, NS, "Lisbon", as_of=LATER)) == []
+        assert keys(recall(any_store, NS, "Lisbon", freshness=Freshness(as_of=LATER))) == []
 
     def test_a_batch_resolves_in_order(self, any_store: Any) -> None:
         written = write_notes(any_store, NS, [LISBON, PORTO, TORONTO])
@@ -160,7 +167,7 @@ class TestKeepBothFlagged:
         assert notes[LISBON.key].conflicts_with == (PORTO.key,)
         assert notes[PORTO.key].conflicts_with == (LISBON.key,)
         assert all(n.valid_to is None and n.superseded_by is None for n in notes.values())
-        hits = recall(any_store, NS, "Where does Ana live?", as_of=LATER)
+        hits = recall(any_store, NS, "Where does Ana live?", freshness=Freshness(as_of=LATER))
         assert {hit.key: hit.conflicts for hit in hits} == {
             LISBON.key: (PORTO.key,),
             PORTO.key: (LISBON.key,),
@@ -189,7 +196,10 @@ class TestModelJudged:
     def test_no_contradiction_keeps_both_unlinked(self, any_store: Any) -> None:
         notes = self.judged(any_store, '{"contradicts": false}')
         assert all(n.superseded_by is None and not n.conflicts_with for n in notes.values())
-        assert len(recall(any_store, NS, "Where does Ana live?", as_of=LATER)) == 2
+        assert (
+            len(recall(any_store, NS, "Where does Ana live?", freshness=Freshness(as_of=LATER)))
+            == 2
+        )
 
     def test_then_may_flag(self, any_store: Any) -> None:
         notes = self.judged(any_store, '{"contradicts": true}', then=KeepBothFlagged())
@@ -228,7 +238,10 @@ def test_policies_by_name_and_refusals() -> None:
         with pytest.raises(ConfigurationError, match="conflict policy"):
             resolve_policy(bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="conflict policy"):
-        SummarizationNode(budget_tokens=10, conflict_policy="oldest_wins")  # type: ignore[arg-type]
+        SummarizationNode(
+            budget_tokens=10,
+            notes=NoteOptions(conflict_policy="oldest_wins"),  # type: ignore[arg-type]
+        )
 
 
 def test_supersede_chain_of_unknown_and_lone_notes(any_store: Any) -> None:
@@ -260,7 +273,10 @@ def test_the_node_applies_its_policy_across_compactions(policy: Any, superseded:
     target = InMemoryStore()
     clock = [T0]
     node = SummarizationNode(
-        budget_tokens=30, keep_tokens=0, store=target, now=lambda: clock[0], conflict_policy=policy
+        budget_tokens=30,
+        keep_tokens=0,
+        store=target,
+        notes=NoteOptions(clock=lambda: clock[0], conflict_policy=policy),
     )
     config: Any = {"configurable": {"thread_id": "ana"}}
     state: dict[str, Any] = {"messages": []}
@@ -275,13 +291,17 @@ def test_the_node_applies_its_policy_across_compactions(policy: Any, superseded:
         notes["Ana: We moved to Porto!"],
     )
     assert lisbon.fact == porto.fact == ("ana", "home")
-    hits = recall(target, ("notes", "ana"), "Where does Ana live?", as_of=LATER)
+    hits = recall(
+        target, ("notes", "ana"), "Where does Ana live?", freshness=Freshness(as_of=LATER)
+    )
     if superseded:
         assert (lisbon.superseded_by, porto.supersedes) == (porto.key, (lisbon.key,))
         assert keys(hits) == [porto.key]
         then = T0 + datetime.timedelta(days=20)
-        assert lisbon.key in keys(recall(target, ("notes", "ana"), "Where does Ana live?",
-                                         as_of=then))  # fmt: skip
+        hits_then = recall(
+            target, ("notes", "ana"), "Where does Ana live?", freshness=Freshness(as_of=then)
+        )
+        assert lisbon.key in keys(hits_then)
     else:
         assert (lisbon.conflicts_with, porto.conflicts_with) == ((porto.key,), (lisbon.key,))
         assert set(keys(hits)) == {lisbon.key, porto.key}

@@ -301,12 +301,12 @@ def test_bm25_search_ranks_returns_matches_only_and_keeps_ties_in_order() -> Non
 
 
 def test_evaluate_the_tiny_dataset() -> None:
-    from statekeeper.memory.eval import evaluate, render
+    from statekeeper.memory.eval import EvalSettings, evaluate, render
 
     progress: list[tuple[int, int, str]] = []
     report = evaluate(
         load_dataset(TINY),
-        budget_tokens=150,
+        EvalSettings(budget_tokens=150),
         progress=lambda done, total, what: progress.append((done, total, what)),
     )
     assert progress == [(1, 1, "ana")]
@@ -339,11 +339,12 @@ def test_evaluate_the_tiny_dataset() -> None:
 
 
 def test_evaluate_refuses_a_store_that_already_holds_the_notes(tmp_path: Path) -> None:
-    from statekeeper.memory.eval import evaluate
+    from statekeeper.memory.eval import EvalSettings, evaluate
+    from statekeeper.memory.recall import Limits
 
     url = f"sqlite:///{tmp_path}/memory.db"
-    evaluate(load_dataset(TINY), budget_tokens=150, store_url=url)
+    evaluate(load_dataset(TINY), EvalSettings(budget_tokens=150, store_url=url))
     with pytest.raises(ConfigurationError, match="already holds notes"):
-        evaluate(load_dataset(TINY), budget_tokens=150, store_url=url)
-    with pytest.raises(ConfigurationError, match="k must be at least 1"):
-        evaluate(load_dataset(TINY), k=0)
+        evaluate(load_dataset(TINY), EvalSettings(budget_tokens=150, store_url=url))
+    with pytest.raises(ConfigurationError, match="k must be an integer >= 1"):
+        evaluate(load_dataset(TINY), EvalSettings(limits=Limits(k=0)))

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory import Note, Provenance, recall
 from statekeeper.memory.metrics import (
     CompactionEvent,
     RecallEvent,
@@ -18,6 +17,8 @@ from statekeeper.memory.metrics import (
     overlap,
     previous_keys,
 )
+from statekeeper.memory.notes import Note, Provenance
+from statekeeper.memory.recall import Freshness, Limits, RecallLog, recall
 from statekeeper.memory.store import SqliteStore, open_store
 
 T0 = datetime.datetime(2026, 3, 1, 9, 0, tzinfo=datetime.UTC)
@@ -177,10 +178,20 @@ def test_recall_logs_what_it_returned_dropped_and_filtered(store: SqliteStore) -
         store.put(namespace, made.key, made.to_value())
     later = T0 + datetime.timedelta(days=1)
     first = recall(
-        store, namespace, "cat named Miso", k=3, min_score=0.5, clock=lambda: later, thread_id="t1"
+        store,
+        namespace,
+        "cat named Miso",
+        limits=Limits(k=3, min_score=0.5),
+        freshness=Freshness(clock=lambda: later),
+        log=RecallLog(thread_id="t1"),
     )
     second = recall(
-        store, namespace, "cat named Miso", k=3, min_score=0.5, clock=lambda: later, thread_id="t1"
+        store,
+        namespace,
+        "cat named Miso",
+        limits=Limits(k=3, min_score=0.5),
+        freshness=Freshness(clock=lambda: later),
+        log=RecallLog(thread_id="t1"),
     )
     assert [hit.key for hit in first] == [notes[0].key] == [hit.key for hit in second]
 
@@ -204,7 +215,7 @@ def test_recall_can_skip_logging(store: SqliteStore) -> None:
 def test_each_compaction_is_logged_with_its_savings(store: SqliteStore) -> None:
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from statekeeper.memory import SummarizationNode
+    from statekeeper.memory.node import NoteOptions, SummarizationNode
 
     messages = []
     for turn in range(12):
@@ -212,7 +223,7 @@ def test_each_compaction_is_logged_with_its_savings(store: SqliteStore) -> None:
             HumanMessage(f"Turn {turn}: I walked my dog Rex to the lake.", id=f"h{turn}")
         )
         messages.append(AIMessage(f"Turn {turn}: That sounds lovely, tell me more.", id=f"a{turn}"))
-    node = SummarizationNode(budget_tokens=120, store=store, now=lambda: T0)
+    node = SummarizationNode(budget_tokens=120, store=store, notes=NoteOptions(clock=lambda: T0))
     update = node({"messages": messages}, {"configurable": {"thread_id": "t1"}})
     summary = update["summary"]
     stats = memory_stats(store, thread_id="t1")

@@ -35,7 +35,9 @@ from pydantic import BaseModel
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.node import (
+    NoteOptions,
     RunningSummary,
+    StateOptions,
     SummarizationNode,
     SummaryState,
     checkpoint_id_of,
@@ -70,9 +72,10 @@ def stored_notes(store: InMemoryStore, namespace: tuple[str, ...] = ("notes", "t
     return [Note.from_value(item.value) for item in store.search(namespace, limit=1000)]
 
 
-def node(store: Any = None, **options: Any) -> SummarizationNode:
+def node(store: Any = None, *, namespace: Any = None, **options: Any) -> SummarizationNode:
     options.setdefault("budget_tokens", 200)
-    return SummarizationNode(store=store, now=lambda: NOW, **options)
+    notes = NoteOptions(namespace=namespace, clock=lambda: NOW)
+    return SummarizationNode(store=store, notes=notes, **options)
 
 
 class TestCompaction:
@@ -202,9 +205,7 @@ class TestCompaction:
         summarize = node(
             store=False,
             budget_tokens=6,
-            token_counter=count,
-            messages_key="history",
-            summary_key="memory",
+            state=StateOptions(messages_key="history", summary_key="memory", token_counter=count),
         )
         update = summarize({"history": turns(4)}, CONFIG)
         assert len(update["history"]) == 6

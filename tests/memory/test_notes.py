@@ -20,7 +20,7 @@ from statekeeper.memory.notes import (
     note_migration,
     upgrade_note_value,
 )
-from statekeeper.memory.recall import recall
+from statekeeper.memory.recall import Freshness, recall
 from statekeeper.memory.store import SqliteStore
 from tests.memory.conftest import T0, make_note
 
@@ -145,7 +145,9 @@ class TestUpgrade:
         target: Any = store if kind == "statekeeper" else InMemoryStore()
         for item in v1_items():
             target.put(tuple(item["namespace"]), item["key"], item["value"])
-        (hit,) = recall(target, ("notes",), "beagle puppy Biscuit", as_of=T0 + _days(30))
+        (hit,) = recall(
+            target, ("notes",), "beagle puppy Biscuit", freshness=Freshness(as_of=T0 + _days(30))
+        )
         assert hit.key == v1_items()[0]["key"]
         assert hit.note.valid_to is None
 

@@ -11,10 +11,10 @@ import pytest
 from langgraph.store.memory import InMemoryStore
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory._lexical import score_texts, terms
-from statekeeper.memory.eval import evaluate, load_dataset
-from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Hit, recall
+from statekeeper.memory.eval import EvalSettings, evaluate, load_dataset
+from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Hit, Limits, recall
 from statekeeper.memory.store import SqliteStore, open_store
+from statekeeper.memory.store.lexical import score_texts, terms
 from tests.memory.conftest import ANA, QUERIES, T0, corpus_notes, make_note, put_corpus
 
 
@@ -36,20 +36,25 @@ def test_recall_never_pads(any_store: Any) -> None:
 
 def test_recall_respects_k_and_the_floor_best_first(any_store: Any) -> None:
     keys = put_corpus(any_store)
-    hits = recall(any_store, ANA, "When am I flying to Dublin to visit Maya?", k=5)
+    hits = recall(any_store, ANA, "When am I flying to Dublin to visit Maya?", limits=Limits(k=5))
     assert [keys[h.key] for h in hits][:2] == ["n22", "n04"]
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert all(h.score >= DEFAULT_MIN_SCORE for h in hits)
-    assert len(recall(any_store, ANA, "Ana", k=3, min_score=0.0)) == 3
-    assert recall(any_store, ANA, "Dublin Maya flights", min_score=1.0)[0].score == 1.0
-    assert all(h.score >= 0.9 for h in recall(any_store, ANA, "Ana Dublin pilot", min_score=0.9))
+    assert len(recall(any_store, ANA, "Ana", limits=Limits(k=3, min_score=0.0))) == 3
+    assert (
+        recall(any_store, ANA, "Dublin Maya flights", limits=Limits(min_score=1.0))[0].score == 1.0
+    )
+    assert all(
+        h.score >= 0.9
+        for h in recall(any_store, ANA, "Ana Dublin pilot", limits=Limits(min_score=0.9))
+    )
 
 
 def test_equal_scores_keep_the_store_order(store: SqliteStore) -> None:
     notes = [make_note(f"Standup note number {i}", message_ids=(f"m{i}",)) for i in range(4)]
     for note in notes:
         store.put(ANA, note.key, note.to_value())
-    hits = recall(store, ANA, "standup", k=10)
+    hits = recall(store, ANA, "standup", limits=Limits(k=10))
     assert len(hits) == 4
     assert len({h.score for h in hits}) == 1
     assert [h.key for h in hits] == [item.key for item in store.search(ANA, query="standup")]
@@ -60,8 +65,8 @@ def test_the_same_notes_score_the_same_in_any_store(store: SqliteStore) -> None:
     put_corpus(store)
     put_corpus(other)
     for question, _ in QUERIES[:30]:
-        ours = recall(store, ANA, question, k=10)
-        theirs = recall(other, ANA, question, k=10)
+        ours = recall(store, ANA, question, limits=Limits(k=10))
+        theirs = recall(other, ANA, question, limits=Limits(k=10))
         assert sorted((h.key, round(h.score, 9)) for h in ours) == sorted(
             (h.key, round(h.score, 9)) for h in theirs
         )
@@ -70,7 +75,7 @@ def test_the_same_notes_score_the_same_in_any_store(store: SqliteStore) -> None:
 def test_hits_carry_the_note_and_its_provenance(any_store: Any) -> None:
     notes = corpus_notes()
     keys = put_corpus(any_store)
-    (hit,) = recall(any_store, ANA, "Which hospital do I work at?", k=1)
+    (hit,) = recall(any_store, ANA, "Which hospital do I work at?", limits=Limits(k=1))
     original = notes[keys[hit.key]]
     assert isinstance(hit, Hit)
     assert hit.note == original
@@ -98,7 +103,9 @@ def test_namespace_is_a_prefix_and_filter_narrows(any_store: Any) -> None:
     any_store.put(("notes", "b"), b.key, b.to_value())
     assert {h.key for h in recall(any_store, ("notes",), "deploys")} == {a.key, b.key}
     assert [h.key for h in recall(any_store, ("notes", "b"), "deploys")] == [b.key]
-    only_a = recall(any_store, ("notes",), "deploys", filter={"provenance": {"thread_id": "a"}})
+    only_a = recall(
+        any_store, ("notes",), "deploys", limits=Limits(filter={"provenance": {"thread_id": "a"}})
+    )
     assert [h.key for h in only_a] == [a.key]
 
 
@@ -108,9 +115,13 @@ def test_as_of_keeps_notes_made_by_then(any_store: Any) -> None:
     for note in (old, new):
         any_store.put(ANA, note.key, note.to_value())
     then = T0 + datetime.timedelta(days=5)
-    assert [h.key for h in recall(any_store, ANA, "Lisbon", as_of=then)] == [old.key]
+    assert [h.key for h in recall(any_store, ANA, "Lisbon", freshness=Freshness(as_of=then))] == [
+        old.key
+    ]
     with pytest.raises(ConfigurationError):
-        recall(any_store, ANA, "Lisbon", as_of=datetime.datetime(2024, 1, 1))  # naive
+        recall(
+            any_store, ANA, "Lisbon", freshness=Freshness(as_of=datetime.datetime(2024, 1, 1))
+        )  # naive
 
 
 @pytest.mark.parametrize(
@@ -119,7 +130,7 @@ def test_as_of_keeps_notes_made_by_then(any_store: Any) -> None:
 )
 def test_bad_options_are_refused(store: SqliteStore, options: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
-        recall(store, ANA, "anything", **options)
+        recall(store, ANA, "anything", limits=Limits(**options))
 
 
 def test_a_query_must_be_text(store: SqliteStore) -> None:
@@ -159,7 +170,7 @@ def test_default_floor_separates_related_from_unrelated_notes() -> None:
         keys = put_corpus(store)
         scored = []  # (score, relevant) for every note a query finds
         for question, relevant in QUERIES:
-            hits = recall(store, ANA, question, k=40, min_score=0.0)
+            hits = recall(store, ANA, question, limits=Limits(k=40, min_score=0.0))
             scored += [(hit.score, keys[hit.key] in relevant) for hit in hits]
             if not relevant:  # about nothing stored: nothing at the default floor
                 assert recall(store, ANA, question) == [], question
@@ -179,7 +190,9 @@ def test_default_floor_separates_related_from_unrelated_notes() -> None:
     unrelated = [q for q, ids in QUERIES if not ids]
     with open_store("memory://") as store:
         put_corpus(store)
-        highest = max(h.score for q in unrelated for h in recall(store, ANA, q, min_score=0.0))
+        highest = max(
+            h.score for q in unrelated for h in recall(store, ANA, q, limits=Limits(min_score=0.0))
+        )
     assert DEFAULT_MIN_SCORE - 0.05 <= highest < DEFAULT_MIN_SCORE
 
 
@@ -190,7 +203,7 @@ def test_default_floor_on_the_dev_split(tmp_path: Path) -> None:
     labelled corpus above)."""
     dev = load_dataset(Path(__file__).resolve().parents[2] / "benchmarks/memory/dev.json")
     url = f"sqlite:///{tmp_path}/dev.db"
-    report = evaluate(dev, store_url=url)
+    report = evaluate(dev, EvalSettings(store_url=url))
     pipeline, baseline = report.metrics["pipeline"]["all"], report.metrics["baseline"]["all"]
     assert pipeline.hit_at_5 is not None
     assert baseline.hit_at_5 is not None
@@ -204,7 +217,9 @@ def test_default_floor_on_the_dev_split(tmp_path: Path) -> None:
         ranked = [
             [
                 (hit.score, not set(q.evidence).isdisjoint(hit.provenance.message_ids))
-                for hit in recall(store, ("notes", q.conversation), q.question, k=10, min_score=0)
+                for hit in recall(
+                    store, ("notes", q.conversation), q.question, limits=Limits(k=10, min_score=0)
+                )
             ]
             for q in dev.questions
             if q.evidence

@@ -19,7 +19,7 @@ from langgraph.graph.message import add_messages
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.node import notes_namespace
-from statekeeper.memory.recall import recall
+from statekeeper.memory.recall import Limits, recall
 from statekeeper.memory.retrieval import RetrievalNode, format_memories, last_human_text
 from statekeeper.memory.store import SqliteStore, open_store
 from tests.memory.conftest import ANA, make_note, put_corpus
@@ -84,7 +84,9 @@ def test_the_node_recalls_into_the_state_with_the_graphs_store(shared: SqliteSto
 
 
 def test_the_node_works_with_a_pydantic_state(shared: SqliteStore) -> None:
-    graph = graph_with(RetrievalNode(namespace=ANA, k=1), PydanticState, store=shared)
+    graph = graph_with(
+        RetrievalNode(namespace=ANA, limits=Limits(k=1)), PydanticState, store=shared
+    )
     memories = ask(graph, "Which hospital do I work at?")
     assert len(memories) == 1
     assert "hospital" in memories[0]["text"]
@@ -159,9 +161,9 @@ def test_the_query_is_the_last_human_message_or_a_function(shared: SqliteStore) 
 
 def test_bad_node_options_are_refused() -> None:
     with pytest.raises(ConfigurationError):
-        RetrievalNode(namespace=ANA, k=0)
+        RetrievalNode(namespace=ANA, limits=Limits(k=0))
     with pytest.raises(ConfigurationError):
-        RetrievalNode(namespace=ANA, min_score=2)
+        RetrievalNode(namespace=ANA, limits=Limits(min_score=2))
     with pytest.raises(ConfigurationError):
         RetrievalNode(namespace=ANA, store="memory://")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError):

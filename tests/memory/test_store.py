@@ -27,10 +27,10 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
+from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError, StorageError
 from statekeeper.memory.store import MemoryStore, known_store_schemes, open_store
 from statekeeper.memory.store import base as _store_base
-from tests.memory.conftest import ANA, QUERIES, StoreBackend, put_corpus
+from tests.memory.conftest import ANA, QUERIES, Backend, put_corpus
 
 NS = ("docs", "u1")
 
@@ -401,7 +401,7 @@ class ConceptEmbeddings(Embeddings):
 
 
 def test_embeddings_find_paraphrases_that_lexical_search_misses(
-    store_backend: StoreBackend, store_url: str
+    store_backend: Backend, store_url: str
 ) -> None:
     url = store_url
     docs = {
@@ -506,7 +506,7 @@ def test_ttl_must_be_positive(store: MemoryStore) -> None:
 # -- lifecycle, persistence, concurrency -------------------------------------------------
 
 
-def test_data_survives_reopen(store_backend: StoreBackend, store_url: str) -> None:
+def test_data_survives_reopen(store_backend: Backend, store_url: str) -> None:
     if not store_backend.persistent:
         pytest.skip(f"{store_backend} keeps nothing after close()")
     with open_store(store_url) as store:
@@ -528,7 +528,7 @@ def test_the_store_can_share_a_file_with_the_checkpointer(tmp_path: Path) -> Non
 def test_closed_store_refuses_work(store: MemoryStore) -> None:
     store.close()
     store.close()  # idempotent
-    with pytest.raises(Exception, match="closed"):
+    with pytest.raises(StorageError, match="closed"):
         store.get(NS, "k")
 
 

@@ -59,18 +59,22 @@ def _add_search(commands: Commands) -> None:
 def cmd_search(args: argparse.Namespace) -> int:
     """At most ``--k`` notes relevant to ``args.query`` above ``--min-score`` — possibly
     none — that hold at ``--as-of``, each with its score and provenance."""
-    from statekeeper.memory.recall import DEFAULT_MIN_SCORE, recall
+    from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Limits, recall
 
     with _store(args) as store:
         hits = recall(
             store,
             _namespace(args),
             args.query,
-            k=args.k,
-            min_score=DEFAULT_MIN_SCORE if args.min_score is None else args.min_score,
-            as_of=_time(args.as_of, "--as-of"),
-            max_age=_duration(args.max_age, "--max-age"),
-            include_expired=args.include_expired,
+            freshness=Freshness(
+                as_of=_time(args.as_of, "--as-of"),
+                max_age=_duration(args.max_age, "--max-age"),
+                include_expired=args.include_expired,
+            ),
+            limits=Limits(
+                k=args.k,
+                min_score=DEFAULT_MIN_SCORE if args.min_score is None else args.min_score,
+            ),
         )
     rows = [hit.to_dict() for hit in hits]
     if args.json:
@@ -239,17 +243,21 @@ def _add_eval(commands: Commands) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     """Summarization + recall against raw-message BM25 on the dataset, as a report
     (see docs/memory-eval.md)."""
-    from statekeeper.memory.eval import evaluate, load_dataset, render
+    from statekeeper.memory.eval import EvalSettings, evaluate, load_dataset, render
+    from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Limits
 
     dataset = load_dataset(args.dataset)
+    floor = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
+    settings = EvalSettings(
+        budget_tokens=args.budget,
+        limits=Limits(k=args.k, min_score=floor),
+        store_url=args.eval_store,
+    )
     bar = _console.Progress("eval")
     try:
         report = evaluate(
             dataset,
-            budget_tokens=args.budget,
-            k=args.k,
-            min_score=args.min_score,
-            store_url=args.eval_store,
+            settings,
             progress=lambda done, total, conversation: bar.update(done, total, conversation),
         )
     finally:

@@ -11,7 +11,7 @@ of personal facts an assistant is asked to remember (family, work, home, health.
 holds no proper nouns (no brands, breeds, places or employers) and no open-ended lists of
 instances (no dishes, diseases or hobbies one by one): those are what a lexicon can never
 cover, and what embeddings are for. Words are compared by their stem
-(:func:`statekeeper.memory._lexical.stem`), so "relocated" finds "relocate".
+(:func:`statekeeper.memory.store.lexical.stem`), so "relocated" finds "relocate".
 
 :func:`fact_key` names the single-valued fact a statement asserts ("We're relocating to
 Toronto!" said by Ana: ``("ana", "home")``), by which contradicting notes are found, and
@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from statekeeper.memory._lexical import stem
+from statekeeper.memory.store.lexical import stem
 
 __all__ = ["concept_tags", "fact_key", "fact_topics"]
 

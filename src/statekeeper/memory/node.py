@@ -1,6 +1,7 @@
 """``SummarizationNode``: keep a conversation's state within a token budget.
 
 >>> builder.add_node("summarize", SummarizationNode(budget_tokens=2000))  # doctest: +SKIP
+>>> SummarizationNode(budget_tokens=2000, notes=NoteOptions(namespace=("notes",)))  # doctest: +SKIP
 
 When the ``messages`` of the state count more than ``budget_tokens``, the node compresses
 the oldest messages into a running summary (a plain-JSON :class:`RunningSummary` in the
@@ -11,31 +12,38 @@ each turn stop growing. See ``docs/memory.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, NotRequired
 
 from langchain_core.messages import BaseMessage, RemoveMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_store
 from langgraph.graph import MessagesState
 from langgraph.store.base import BaseStore
-from typing_extensions import TypedDict
+from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
-from statekeeper.memory._runtime import graph_store
 from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
 from statekeeper.memory.metrics import CompactionEvent, log_compaction
 from statekeeper.memory.notes import Note, Provenance
+from statekeeper.memory.recall import moved_keywords, picked
 from statekeeper.memory.summarize import ExtractiveSummarizer, NoteDraft, Summarizer
 
 __all__ = [
+    "NoteOptions",
     "RunningSummary",
+    "StateOptions",
+    "SummarizationKeywords",
     "SummarizationNode",
     "SummaryState",
     "checkpoint_id_of",
+    "graph_store",
     "notes_namespace",
     "with_summary",
 ]
@@ -127,8 +135,86 @@ def with_summary(
     return [*messages[:start], note, *messages[start:]]
 
 
+def graph_store(store: BaseStore | None, owner: str, purpose: str) -> BaseStore:
+    """``store`` when given, else the running graph's store (``compile(store=...)``): the
+    store a memory node works with.
+
+    Raises:
+        ConfigurationError: neither exists; the message names ``owner`` and ``purpose``.
+    """
+    if store is not None:
+        return store
+    try:
+        found = get_store()
+    except RuntimeError:  # called outside a graph run
+        found = None
+    if found is None:
+        raise ConfigurationError(
+            f"{owner} has no store {purpose}: compile the graph with store=..., or pass "
+            "store=... to the node"
+        )
+    return found
+
+
 def _utcnow() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+@dataclass(frozen=True)
+class NoteOptions:
+    """How a :class:`SummarizationNode` writes its notes.
+
+    ``namespace``: a tuple, or a function of the run's config; ``None`` (default) for
+    :func:`notes_namespace` of the thread. ``conflict_policy`` resolves a note that states
+    a new value of a fact already noted in the namespace (same ``(subject, attribute)``):
+    ``"latest_wins"`` (default: the older note is superseded, kept and linked),
+    ``"keep_both_flagged"`` or any :class:`~statekeeper.memory.conflicts.ConflictPolicy`;
+    nothing is ever deleted. ``clock`` gives the time stamped on the notes
+    (``created_at``), and on the running summary and the compaction's log entry.
+
+    Raises:
+        ConfigurationError: ``conflict_policy`` is an unknown name or not a policy.
+    """
+
+    namespace: Namespace | None = None
+    conflict_policy: ConflictPolicy | PolicyName = "latest_wins"
+    clock: Callable[[], datetime.datetime] = _utcnow
+
+    def __post_init__(self) -> None:
+        resolve_policy(self.conflict_policy)
+
+
+@dataclass(frozen=True)
+class StateOptions:
+    """How a :class:`SummarizationNode` reads and writes the graph state: the channel of
+    the messages (``messages_key``), the channel of its :class:`RunningSummary`
+    (``summary_key``), and the ``token_counter`` that measures messages, the unit of
+    ``budget_tokens``, ``keep_tokens`` and every count in the summary."""
+
+    messages_key: str = "messages"
+    summary_key: str = "summary"
+    token_counter: TokenCounter = count_tokens_approximately
+
+
+class SummarizationKeywords(TypedDict, total=False):
+    """The keywords :class:`SummarizationNode` took before its option objects; deprecated."""
+
+    token_counter: TokenCounter
+    namespace: Namespace | None
+    messages_key: str
+    summary_key: str
+    now: Callable[[], datetime.datetime]
+    conflict_policy: ConflictPolicy | PolicyName
+
+
+_MOVED = {
+    **{name: f"notes=NoteOptions({name}=...)" for name in ("namespace", "conflict_policy")},
+    "now": "notes=NoteOptions(clock=...)",
+    **{
+        name: f"state=StateOptions({name}=...)"
+        for name in ("messages_key", "summary_key", "token_counter")
+    },
+}
 
 
 class SummarizationNode:
@@ -157,18 +243,23 @@ class SummarizationNode:
     ``store``: a ``BaseStore``; ``None`` (default) for the graph's store
     (``compile(store=...)``), raising :class:`~statekeeper.errors.ConfigurationError` at
     run time if there is none; ``False`` to write no notes. Notes need the thread id
-    (``config["configurable"]["thread_id"]``). ``namespace``: a tuple, or a function of
-    the run's config; by default :func:`notes_namespace` of the thread. Notes are written
-    before the update is returned: if the step is retried they are written again under
-    the same keys (a note's key derives from its thread, messages and text), keeping the
-    validity and links they got the first time.
+    (``config["configurable"]["thread_id"]``). Notes are written before the update is
+    returned: if the step is retried they are written again under the same keys (a note's
+    key derives from its thread, messages and text), keeping the validity and links they
+    got the first time.
 
-    ``conflict_policy`` resolves a note that states a new value of a fact already noted
-    in the namespace (same ``(subject, attribute)``): ``"latest_wins"`` (default: the
-    older note is superseded, kept and linked), ``"keep_both_flagged"`` or any
-    :class:`~statekeeper.memory.conflicts.ConflictPolicy`. Nothing is ever deleted.
+    ``notes`` (:class:`NoteOptions`): the notes' namespace, conflict policy and clock.
+    ``state`` (:class:`StateOptions`): the state's channels and the token counter.
 
-    ``now`` is the clock stamped on notes (``created_at``) and the summary.
+    Deprecated: the keywords of :class:`SummarizationKeywords` (``token_counter``,
+    ``namespace``, ``messages_key``, ``summary_key``, ``now``, ``conflict_policy``) still
+    work, with a ``DeprecationWarning``; each replaces that field of ``notes`` or
+    ``state`` (``now`` is ``notes.clock``).
+
+    Raises:
+        ConfigurationError: a budget below 1, ``keep_tokens`` outside
+            ``[0, budget_tokens]``, or ``store`` neither a store, ``None`` nor ``False``.
+        TypeError: an unknown keyword.
     """
 
     def __init__(
@@ -177,14 +268,18 @@ class SummarizationNode:
         budget_tokens: int,
         keep_tokens: int | None = None,
         summarizer: Summarizer | None = None,
-        token_counter: TokenCounter = count_tokens_approximately,
         store: BaseStore | Literal[False] | None = None,
-        namespace: Namespace | None = None,
-        messages_key: str = "messages",
-        summary_key: str = "summary",
-        now: Callable[[], datetime.datetime] = _utcnow,
-        conflict_policy: ConflictPolicy | PolicyName = "latest_wins",
+        notes: NoteOptions = NoteOptions(),
+        state: StateOptions = StateOptions(),
+        **deprecated: Unpack[SummarizationKeywords],
     ) -> None:
+        if deprecated:
+            moved_keywords("SummarizationNode", deprecated, _MOVED)
+            given: dict[str, Any] = dict(deprecated)
+            if "now" in given:
+                given["clock"] = given.pop("now")
+            notes = dataclasses.replace(notes, **picked(given, NoteOptions))
+            state = dataclasses.replace(state, **picked(given, StateOptions))
         keep = budget_tokens // 2 if keep_tokens is None else keep_tokens
         if budget_tokens < 1 or not 0 <= keep <= budget_tokens:
             raise ConfigurationError(
@@ -196,13 +291,16 @@ class SummarizationNode:
         self.budget_tokens = budget_tokens
         self.keep_tokens = keep
         self.summarizer: Summarizer = summarizer or ExtractiveSummarizer()
-        self.token_counter = token_counter
         self.store = store
-        self.namespace = namespace
-        self.messages_key = messages_key
-        self.summary_key = summary_key
-        self.now = now
-        self.conflict_policy = resolve_policy(conflict_policy)
+        self.notes = notes
+        self.state = state
+        # the options' fields, flat: what the node reads on every call
+        self.token_counter = state.token_counter
+        self.namespace = notes.namespace
+        self.messages_key = state.messages_key
+        self.summary_key = state.summary_key
+        self.now = notes.clock
+        self.conflict_policy = resolve_policy(notes.conflict_policy)
 
     def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """The state update: empty when the messages are within budget or nothing can be

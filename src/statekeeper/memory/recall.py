@@ -8,26 +8,44 @@ items in insertion order). Scores are the normalised relevance of ``docs/memory-
 Then time: only notes that hold at the moment asked about (``as_of``, by default now) are
 recalled, so a superseded or expired note is not; ``max_age`` drops notes said too long
 ago, and ``half_life`` ranks recent notes above older ones of equal relevance.
+
+The knobs come in frozen option objects, :class:`Limits` (how many notes, how relevant,
+which items) and :class:`Freshness` (the moment, what age does), shared with
+:class:`~statekeeper.memory.retrieval.RetrievalNode`, and :class:`RecallLog`::
+
+    recall(store, ns, query, limits=Limits(k=3), freshness=Freshness(as_of=last_week))
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.store.base import BaseStore, Item
+from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError, SerializationError
-from statekeeper.memory._lexical import score_texts
 from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
 from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
+from statekeeper.memory.store.lexical import score_texts
 from statekeeper.memory.store.values import indexed_texts
 
-__all__ = ["DEFAULT_MIN_SCORE", "Clock", "Hit", "recall"]
+__all__ = [
+    "DEFAULT_MIN_SCORE",
+    "Clock",
+    "Freshness",
+    "Hit",
+    "Limits",
+    "RecallKeywords",
+    "RecallLog",
+    "recall",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +66,93 @@ Clock = Callable[[], datetime.datetime]
 def utcnow() -> datetime.datetime:
     """The current time in UTC: the default clock."""
     return datetime.datetime.now(datetime.UTC)
+
+
+def _moment(moment: object) -> datetime.datetime:
+    if not isinstance(moment, datetime.datetime) or moment.utcoffset() is None:
+        raise ConfigurationError(f"as_of must be a timezone-aware datetime, got {moment!r}")
+    return moment
+
+
+def check_options(k: object, min_score: object) -> None:
+    """Refuse a ``k`` below 1 or a ``min_score`` outside [0, 1] (ConfigurationError)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ConfigurationError(f"k must be an integer >= 1, got {k!r}")
+    if (
+        not isinstance(min_score, int | float)
+        or isinstance(min_score, bool)
+        or not (math.isfinite(min_score) and 0.0 <= min_score <= 1.0)
+    ):
+        raise ConfigurationError(f"min_score must be a number in [0, 1], got {min_score!r}")
+
+
+def check_freshness(max_age: object, half_life: object) -> None:
+    """Refuse a ``max_age`` or ``half_life`` that is neither ``None`` nor a positive
+    ``timedelta`` (ConfigurationError)."""
+    for name, span in (("max_age", max_age), ("half_life", half_life)):
+        if span is not None and (
+            not isinstance(span, datetime.timedelta) or span <= datetime.timedelta(0)
+        ):
+            raise ConfigurationError(f"{name} must be a positive timedelta, got {span!r}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What recall may return: at most ``k`` notes, each scoring at least ``min_score``
+    (and above 0), among the items that match ``filter`` (a LangGraph store filter, as in
+    ``store.search``; ``None``: every note).
+
+    Raises:
+        ConfigurationError: ``k`` is not an integer >= 1, or ``min_score`` is not a number
+            in [0, 1].
+    """
+
+    k: int = 5
+    min_score: float = DEFAULT_MIN_SCORE
+    filter: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        check_options(self.k, self.min_score)
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """The moment recall answers as of, and what age does to a note.
+
+    ``as_of`` (timezone-aware; ``None``: ``clock()`` at each recall) selects what was known
+    and held then; ``include_expired`` also admits notes superseded or expired by then;
+    ``max_age`` drops notes said (``observed_at``) longer than that before ``as_of``;
+    ``half_life`` ranks notes by relevance times ``0.5 ** (age / half_life)``. ``clock``
+    gives the current time (timezone-aware): the default ``as_of`` and the time of the
+    recall's log entry. See :func:`recall` for the exact rules.
+
+    Raises:
+        ConfigurationError: ``as_of`` is not a timezone-aware datetime, or ``max_age`` or
+            ``half_life`` is not a positive ``timedelta``.
+    """
+
+    as_of: datetime.datetime | None = None
+    include_expired: bool = False
+    max_age: datetime.timedelta | None = None
+    half_life: datetime.timedelta | None = None
+    clock: Clock = utcnow
+
+    def __post_init__(self) -> None:
+        if self.as_of is not None:
+            _moment(self.as_of)
+        check_freshness(self.max_age, self.half_life)
+
+    def moment(self) -> datetime.datetime:
+        """``as_of``, else the clock's time, checked to be timezone-aware."""
+        return _moment(self.as_of if self.as_of is not None else self.clock())
+
+
+@dataclass(frozen=True)
+class RecallLog:
+    """What a recall's log entry (a :class:`~statekeeper.memory.metrics.RecallEvent`) says
+    beyond the recall itself: the thread it served, if any."""
+
+    thread_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,33 +202,52 @@ class Hit:
         }
 
 
+class RecallKeywords(TypedDict, total=False):
+    """The keywords :func:`recall` took before its option objects; deprecated."""
+
+    k: int
+    min_score: float
+    filter: Mapping[str, Any] | None
+    as_of: datetime.datetime | None
+    include_expired: bool
+    max_age: datetime.timedelta | None
+    half_life: datetime.timedelta | None
+    clock: Clock
+    thread_id: str | None
+
+
+_RECALL_MOVED = {
+    **{name: f"limits=Limits({name}=...)" for name in ("k", "min_score", "filter")},
+    **{
+        name: f"freshness=Freshness({name}=...)"
+        for name in ("as_of", "include_expired", "max_age", "half_life", "clock")
+    },
+    "thread_id": "log=RecallLog(thread_id=...)",
+}
+
+
 def recall(
     store: BaseStore,
     namespace: tuple[str, ...],
     query: str,
     *,
-    k: int = 5,
-    min_score: float = DEFAULT_MIN_SCORE,
-    filter: Mapping[str, Any] | None = None,
-    as_of: datetime.datetime | None = None,
-    include_expired: bool = False,
-    max_age: datetime.timedelta | None = None,
-    half_life: datetime.timedelta | None = None,
-    clock: Clock = utcnow,
-    log: bool = True,
-    thread_id: str | None = None,
+    limits: Limits = Limits(),
+    freshness: Freshness = Freshness(),
+    log: RecallLog | bool = True,
+    **deprecated: Unpack[RecallKeywords],
 ) -> list[Hit]:
     """The notes under ``namespace`` (a prefix: sub-namespaces included) relevant to
-    ``query``: at most ``k``, each scoring at least ``min_score`` (and above 0), best
-    first (equal scores keep the store's order). Possibly none; never padded; a blank
-    query recalls nothing.
+    ``query``: at most ``limits.k``, each scoring at least ``limits.min_score`` (and above
+    0), best first (equal scores keep the store's order). Possibly none; never padded; a
+    blank query recalls nothing.
 
     Works with any LangGraph store. A statekeeper store scores the query itself; any
     other store is read whole under ``namespace`` (page by page) and its notes are scored
     here with the same lexical formula. Items that are not notes are skipped.
 
-    ``filter`` narrows the items as in ``store.search``. Time: ``as_of``
-    (timezone-aware; by default ``clock()``) selects what was known and held then:
+    ``limits.filter`` narrows the items as in ``store.search``. Time: ``freshness.as_of``
+    (timezone-aware; by default ``freshness.clock()``) selects what was known and held
+    then:
 
     - only notes made at or before ``as_of`` (``created_at``);
     - only notes valid at ``as_of`` (``valid_from <= as_of < valid_to``, an open
@@ -137,36 +261,70 @@ def recall(
       relevance ``score``, so decay reorders relevant notes but never turns an old,
       relevant note away. Each hit carries its weight as ``freshness``.
 
-    With ``log`` (the default), the recall is recorded in the store as a
-    :class:`~statekeeper.memory.metrics.RecallEvent` (for ``thread_id``, when given): how
+    With ``log`` (``True``, the default, or a :class:`RecallLog` naming the thread served),
+    the recall is recorded in the store as a
+    :class:`~statekeeper.memory.metrics.RecallEvent` stamped ``freshness.clock()``: how
     many notes came back, how many matching ones the floor dropped from the best ``k``,
     how many relevant ones were stale (expired, superseded or too old), the top score and
     the overlap with the previous recall of the same query; ``memory_stats`` aggregates
     them. A failure to record is logged as a warning and does not fail the recall.
+    ``log=False`` records nothing.
+
+    Deprecated: the keywords of :class:`RecallKeywords` (``k``, ``min_score``, ``filter``,
+    ``as_of``, ``include_expired``, ``max_age``, ``half_life``, ``clock``, ``thread_id``)
+    still work, with a ``DeprecationWarning``; each replaces that field of ``limits``,
+    ``freshness`` or ``log``.
 
     Raises:
-        ConfigurationError: ``k`` < 1, ``min_score`` outside [0, 1], ``query`` not text,
-            ``as_of`` (or the clock's time) without a timezone, or ``max_age`` or
-            ``half_life`` not a positive ``timedelta``.
+        ConfigurationError: ``query`` is not text, the clock's time has no timezone, or a
+            deprecated keyword has a value its option object refuses.
+        TypeError: an unknown keyword.
     """
     if not isinstance(query, str):
         raise ConfigurationError(f"the query must be text, got {query!r}")
-    check_options(k, min_score)
-    check_freshness(max_age, half_life)
-    window = _Window(_moment(as_of if as_of is not None else clock()), include_expired)
-    weigh = _Decay(window.at, max_age, half_life)
+    if deprecated:
+        moved_keywords("recall", deprecated, _RECALL_MOVED)
+        given: dict[str, Any] = dict(deprecated)
+        limits = dataclasses.replace(limits, **picked(given, Limits))
+        freshness = dataclasses.replace(freshness, **picked(given, Freshness))
+        if "thread_id" in given and log:  # as before: log=False records nothing
+            log = RecallLog(thread_id=given["thread_id"])
+    window = _Window(freshness.moment(), freshness.include_expired)
+    weigh = _Decay(window.at, freshness.max_age, freshness.half_life)
     if not query.strip():
         return []
-    search = _Search(
-        namespace, query, k, min_score, {**(filter or {}), "kind": NOTE_KIND}, window, weigh
-    )
+    conditions = {**(limits.filter or {}), "kind": NOTE_KIND}
+    search = _Search(namespace, query, limits.k, limits.min_score, conditions, window, weigh)
     if getattr(store, "relevance_scores", False) is True:
         hits = _from_scores(store, search)
     else:
         hits = _scored_here(store, search)
     if log:
-        _log(store, search, thread_id, clock, hits)
+        thread_id = log.thread_id if isinstance(log, RecallLog) else None
+        _log(store, search, thread_id, freshness.clock, hits)
     return hits
+
+
+def moved_keywords(function: str, given: Mapping[str, object], moved: Mapping[str, str]) -> None:
+    """Warn (``DeprecationWarning``, at the caller of ``function``) that the keywords
+    ``given`` moved into option objects, naming where each went (``moved``), as Python
+    would refuse any other keyword (``TypeError``)."""
+    unknown = sorted(set(given) - set(moved))
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
+    if given:
+        advice = "; ".join(f"{name}=... -> {moved[name]}" for name in given)
+        warnings.warn(
+            f"{function}(): keyword arguments moved into option objects, the old ones are "
+            f"deprecated and will be removed: {advice}",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+
+
+def picked(given: Mapping[str, Any], options: type[Any]) -> dict[str, Any]:
+    """The entries of ``given`` named like a field of the dataclass ``options``."""
+    return {f.name: given[f.name] for f in dataclasses.fields(options) if f.name in given}
 
 
 @dataclass
@@ -322,31 +480,3 @@ def _note(item: Item) -> Note | None:
         return Note.from_value(item.value)
     except SerializationError:
         return None  # not a note, or one this statekeeper cannot read: not recallable
-
-
-def _moment(moment: object) -> datetime.datetime:
-    if not isinstance(moment, datetime.datetime) or moment.utcoffset() is None:
-        raise ConfigurationError(f"as_of must be a timezone-aware datetime, got {moment!r}")
-    return moment
-
-
-def check_options(k: object, min_score: object) -> None:
-    """Refuse a ``k`` below 1 or a ``min_score`` outside [0, 1] (ConfigurationError)."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigurationError(f"k must be an integer >= 1, got {k!r}")
-    if (
-        not isinstance(min_score, int | float)
-        or isinstance(min_score, bool)
-        or not (math.isfinite(min_score) and 0.0 <= min_score <= 1.0)
-    ):
-        raise ConfigurationError(f"min_score must be a number in [0, 1], got {min_score!r}")
-
-
-def check_freshness(max_age: object, half_life: object) -> None:
-    """Refuse a ``max_age`` or ``half_life`` that is neither ``None`` nor a positive
-    ``timedelta`` (ConfigurationError)."""
-    for name, span in (("max_age", max_age), ("half_life", half_life)):
-        if span is not None and (
-            not isinstance(span, datetime.timedelta) or span <= datetime.timedelta(0)
-        ):
-            raise ConfigurationError(f"{name} must be a positive timedelta, got {span!r}")

@@ -2,11 +2,13 @@
 and :func:`format_memories` to put them in a prompt.
 
 >>> builder.add_node("recall", RetrievalNode(namespace=("users", "{user_id}")))  # doctest: +SKIP
+>>> RetrievalNode(limits=Limits(k=3), freshness=Freshness(half_life=WEEK))  # doctest: +SKIP
 >>> prompt = f"What you remember:\\n{format_memories(state['memories'])}"  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -15,25 +17,56 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.store.base import BaseStore
+from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory._runtime import graph_store
-from statekeeper.memory.node import notes_namespace
+from statekeeper.memory.node import graph_store, notes_namespace
 from statekeeper.memory.recall import (
-    DEFAULT_MIN_SCORE,
     Clock,
+    Freshness,
     Hit,
-    check_freshness,
-    check_options,
+    Limits,
+    RecallLog,
+    moved_keywords,
+    picked,
     recall,
-    utcnow,
 )
 
-__all__ = ["Namespace", "RetrievalNode", "format_memories", "last_human_text"]
+__all__ = [
+    "Namespace",
+    "RetrievalKeywords",
+    "RetrievalNode",
+    "format_memories",
+    "last_human_text",
+]
 
 Namespace = tuple[str, ...] | Callable[[RunnableConfig], tuple[str, ...]]
 
 _FIELD = re.compile(r"\{(\w+)\}")
+
+
+class RetrievalKeywords(TypedDict, total=False):
+    """The keywords :class:`RetrievalNode` took before its option objects; deprecated."""
+
+    k: int
+    min_score: float
+    filter: Mapping[str, Any] | None
+    include_expired: bool
+    max_age: datetime.timedelta | None
+    half_life: datetime.timedelta | None
+    now: Clock
+
+
+_LIMITS, _FRESHNESS = Limits(), Freshness()  # the defaults: frozen, so one of each serves
+
+_MOVED = {
+    **{name: f"limits=Limits({name}=...)" for name in ("k", "min_score", "filter")},
+    **{
+        name: f"freshness=Freshness({name}=...)"
+        for name in ("include_expired", "max_age", "half_life")
+    },
+    "now": "freshness=Freshness(clock=...)",
+}
 
 
 class RetrievalNode:
@@ -51,12 +84,21 @@ class RetrievalNode:
     function of the run's config; by default the thread's notes namespace, where
     :class:`~statekeeper.memory.node.SummarizationNode` writes. ``("notes",)`` recalls the
     notes of every thread. ``query``: a function of the state giving the text to recall
-    for; by default the text of the last human message in ``state["messages"]``. ``k``,
-    ``min_score``, ``filter``, ``include_expired``, ``max_age`` and ``half_life`` are
-    :func:`~statekeeper.memory.recall.recall`'s; notes are recalled as of ``now()``.
+    for; by default the text of the last human message in ``state["messages"]``.
 
-    Raises (when called): :class:`~statekeeper.errors.ConfigurationError` when there is
-    no store, or the namespace names a setting the run's config does not have.
+    ``limits`` (how many notes, how relevant, which items) and ``freshness`` (as of when,
+    what age does) are :func:`~statekeeper.memory.recall.recall`'s; with
+    ``freshness.as_of`` left ``None``, notes are recalled as of ``freshness.clock()`` at
+    each call. Each recall is logged for the run's thread.
+
+    Deprecated: the keywords of :class:`RetrievalKeywords` (``k``, ``min_score``,
+    ``filter``, ``include_expired``, ``max_age``, ``half_life``, ``now``) still work, with
+    a ``DeprecationWarning``; each replaces that field of ``limits`` or ``freshness``
+    (``now`` is ``freshness.clock``).
+
+    Raises: :class:`~statekeeper.errors.ConfigurationError` when ``store`` is not a store
+    or ``key`` not a state key, or (when called) when there is no store, or the namespace
+    names a setting the run's config does not have; ``TypeError`` for an unknown keyword.
     """
 
     def __init__(
@@ -64,33 +106,29 @@ class RetrievalNode:
         *,
         namespace: Namespace | None = None,
         store: BaseStore | None = None,
-        k: int = 5,
-        min_score: float = DEFAULT_MIN_SCORE,
         query: Callable[[Any], str | None] | None = None,
         key: str = "memories",
-        filter: Mapping[str, Any] | None = None,
-        include_expired: bool = False,
-        max_age: datetime.timedelta | None = None,
-        half_life: datetime.timedelta | None = None,
-        now: Clock = utcnow,
+        limits: Limits = _LIMITS,
+        freshness: Freshness = _FRESHNESS,
+        **deprecated: Unpack[RetrievalKeywords],
     ) -> None:
-        check_options(k, min_score)
-        check_freshness(max_age, half_life)
+        if deprecated:
+            moved_keywords("RetrievalNode", deprecated, _MOVED)
+            given: dict[str, Any] = dict(deprecated)
+            if "now" in given:
+                given["clock"] = given.pop("now")
+            limits = dataclasses.replace(limits, **picked(given, Limits))
+            freshness = dataclasses.replace(freshness, **picked(given, Freshness))
         if store is not None and not isinstance(store, BaseStore):
             raise ConfigurationError(f"store must be a BaseStore or None, not {store!r}")
         if not isinstance(key, str) or not key:
             raise ConfigurationError(f"key must be a state key (non-empty text), got {key!r}")
         self.namespace = namespace
         self.store = store
-        self.k = k
-        self.min_score = min_score
         self.query = query
         self.key = key
-        self.filter = filter
-        self.include_expired = include_expired
-        self.max_age = max_age
-        self.half_life = half_life
-        self.now = now
+        self.limits = limits
+        self.freshness = freshness
 
     def __call__(self, state: Any, config: RunnableConfig) -> dict[str, list[dict[str, Any]]]:
         text = self.query(state) if self.query is not None else last_human_text(state)
@@ -100,15 +138,9 @@ class RetrievalNode:
             self._store(),
             self._namespace(config),
             text,
-            k=self.k,
-            min_score=self.min_score,
-            filter=self.filter,
-            as_of=self.now(),
-            include_expired=self.include_expired,
-            max_age=self.max_age,
-            half_life=self.half_life,
-            clock=self.now,
-            thread_id=config.get("configurable", {}).get("thread_id"),
+            limits=self.limits,
+            freshness=self.freshness,
+            log=RecallLog(thread_id=config.get("configurable", {}).get("thread_id")),
         )
         return {self.key: [hit.to_dict() for hit in hits]}
 
@@ -133,7 +165,7 @@ class RetrievalNode:
         return namespace
 
     def __repr__(self) -> str:
-        return f"RetrievalNode(namespace={self.namespace!r}, k={self.k}, key={self.key!r})"
+        return f"RetrievalNode(namespace={self.namespace!r}, k={self.limits.k}, key={self.key!r})"
 
 
 def last_human_text(state: Any) -> str | None:

@@ -8,7 +8,7 @@ filter values only ever travel as parameters. Tables (component ``"memory"`` of
   The namespace is stored as its labels joined by ``.``, which no label may contain, so
   the text is unambiguous and a namespace prefix is a range of it (see :func:`scope`).
 * ``memory_terms`` — FTS5, one row per indexed item (``rowid`` = the item's ``id``): the
-  item's normalised terms (:mod:`statekeeper.memory._lexical`), each hex-encoded so that
+  item's normalised terms (:mod:`statekeeper.memory.store.lexical`), each hex-encoded so that
   SQLite's tokenizer sees exactly those terms, in any script, and a query can never be
   read as FTS5 syntax.
 * ``memory_vectors`` — one embedding per indexed text of an item, as little-endian

@@ -1,7 +1,7 @@
 """Search in the SQLite memory store: a filtered listing without a query, relevance with one.
 
 Relevance (see ``docs/memory-store.md``): FTS5 finds the items holding any query term and
-ranks them by ``bm25()``; each gets the lexical score of :mod:`statekeeper.memory._lexical`
+ranks them by ``bm25()``; each gets the lexical score of :mod:`statekeeper.memory.store.lexical`
 over the collection under the namespace prefix. With embeddings, every item under the
 prefix that has one also gets ``max(0, cosine)`` of its best-matching text, and the score
 is ``(1 - semantic_weight) * lexical + semantic_weight * semantic``. Items scoring 0 are
@@ -26,7 +26,7 @@ from statekeeper.backends.sqlite._store_schema import (
     fts_query,
     scope,
 )
-from statekeeper.memory._lexical import query_terms
+from statekeeper.memory.store.lexical import query_terms
 from statekeeper.memory.store.search import lexical_scores, rank, similarity
 from statekeeper.memory.store.values import decode_value, matches_filter
 

@@ -9,12 +9,13 @@ relevant when its provenance names one of the question's evidence messages.
 The same questions are asked of a baseline, plain Okapi BM25 over every raw message, and
 both are scored with the same metrics (see ``docs/memory-eval.md``)::
 
-    report = evaluate(load_dataset("benchmarks/memory/dev.json"), budget_tokens=1024)
+    report = evaluate(load_dataset("dev.json"), EvalSettings(budget_tokens=1024))
     print(render(report))
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from langchain_core.messages.utils import count_tokens_approximately
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
+from typing_extensions import TypedDict, Unpack
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import ConfigurationError
@@ -40,7 +42,7 @@ from statekeeper.memory.eval._metrics import MetricSet, Outcome
 from statekeeper.memory.eval._report import ConversationStats, EvalReport, QuestionResult, render
 from statekeeper.memory.node import SummarizationNode, SummaryState, notes_namespace
 from statekeeper.memory.notes import Note
-from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Hit, recall
+from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Hit, Limits, moved_keywords, recall
 from statekeeper.memory.store import open_store
 from statekeeper.memory.summarize import Summarizer
 
@@ -48,7 +50,9 @@ __all__ = [
     "DEFAULT_BUDGET_TOKENS",
     "ConversationStats",
     "Dataset",
+    "EvalKeywords",
     "EvalReport",
+    "EvalSettings",
     "MetricSet",
     "Outcome",
     "QuestionResult",
@@ -59,9 +63,58 @@ __all__ = [
 ]
 
 DEFAULT_BUDGET_TOKENS = 1024
+_LIMITS = Limits(k=10)  # the evaluation's default: ten results per question, recall's floor
 _PAGE = 500  # notes listed per store request when counting a conversation's notes
 
 Progress = Callable[[int, int, str], None]  # (conversations done, total, conversation id)
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What :func:`evaluate` runs: the :class:`SummarizationNode`'s ``budget_tokens``,
+    ``keep_tokens`` and ``summarizer`` (``None``: its defaults), the :class:`Limits` of
+    :func:`recall` (``k`` bounds the baseline's results too), and the store the notes go
+    to (``store_url``). The report's ``settings`` record them."""
+
+    budget_tokens: int = DEFAULT_BUDGET_TOKENS
+    keep_tokens: int | None = None
+    summarizer: Summarizer | None = None
+    limits: Limits = _LIMITS
+    store_url: str = "memory://"
+
+    def to_json(self) -> dict[str, Any]:
+        """The settings as the report records them: plain JSON, ``filter`` only if set."""
+        settings: dict[str, Any] = {
+            "budget_tokens": self.budget_tokens,
+            "keep_tokens": self.keep_tokens,
+            "k": self.limits.k,
+            "min_score": self.limits.min_score,
+            "store_url": self.store_url,
+            "summarizer": self.summarizer.name if self.summarizer is not None else None,
+        }
+        if self.limits.filter is not None:
+            settings["filter"] = dict(self.limits.filter)
+        return settings
+
+
+class EvalKeywords(TypedDict, total=False):
+    """The keywords :func:`evaluate` took before :class:`EvalSettings`; deprecated."""
+
+    budget_tokens: int
+    keep_tokens: int | None
+    k: int
+    min_score: float | None
+    store_url: str
+    summarizer: Summarizer | None
+
+
+_MOVED = {
+    **{
+        name: f"EvalSettings({name}=...)"
+        for name in ("budget_tokens", "keep_tokens", "store_url", "summarizer")
+    },
+    **{name: f"EvalSettings(limits=Limits({name}=...))" for name in ("k", "min_score")},
+}
 
 
 @dataclass(frozen=True)
@@ -77,24 +130,18 @@ class _Played:
 
 def evaluate(
     dataset: Dataset,
+    settings: EvalSettings = EvalSettings(),
     *,
-    budget_tokens: int = DEFAULT_BUDGET_TOKENS,
-    keep_tokens: int | None = None,
-    k: int = 10,
-    min_score: float | None = None,
-    store_url: str = "memory://",
-    summarizer: Summarizer | None = None,
     progress: Progress | None = None,
+    **deprecated: Unpack[EvalKeywords],
 ) -> EvalReport:
     """Play every conversation of ``dataset`` through the pipeline and score both the
     pipeline and the BM25 baseline on every question.
 
-    ``budget_tokens``, ``keep_tokens`` and ``summarizer`` configure the
-    :class:`SummarizationNode` (``None``: its defaults); ``k`` and ``min_score`` are passed
-    to :func:`recall` (``min_score=None``: recall's ``DEFAULT_MIN_SCORE``) and ``k`` bounds
-    the baseline's results too. Each conversation is one thread, named by the conversation's
-    id, on an in-memory checkpointer that is discarded; its notes go to the store at
-    ``store_url`` under the node's default namespace (``("notes", <id>)``).
+    ``settings`` (:class:`EvalSettings`) configure the :class:`SummarizationNode` and
+    :func:`recall`. Each conversation is one thread, named by the conversation's id, on an
+    in-memory checkpointer that is discarded; its notes go to the store at
+    ``settings.store_url`` under the node's default namespace (``("notes", <id>)``).
 
     Compaction is measured as the conversation ends: the window the budget kept, the
     running summary and its accounting. Then the window is compacted too (a node with a
@@ -104,31 +151,39 @@ def evaluate(
 
     ``progress(done, total, conversation_id)`` is called after each conversation.
 
+    Deprecated: the keywords of :class:`EvalKeywords` (``budget_tokens``, ``keep_tokens``,
+    ``k``, ``min_score``, ``store_url``, ``summarizer``) still work, with a
+    ``DeprecationWarning``; each replaces that field of ``settings`` (``min_score=None``:
+    recall's ``DEFAULT_MIN_SCORE``).
+
     Raises:
-        ConfigurationError: ``k`` < 1, or the store already holds notes for one of the
-            conversations (results would mix with an earlier run's).
+        ConfigurationError: the store already holds notes for one of the conversations
+            (results would mix with an earlier run's), or a deprecated keyword has a value
+            its option object refuses.
+        TypeError: an unknown keyword.
     """
-    if k < 1:
-        raise ConfigurationError(f"k must be at least 1, not {k}")
+    if deprecated:
+        moved_keywords("evaluate", deprecated, _MOVED)
+        settings = _with_keywords(settings, deprecated)
     asked: dict[str, list[Question]] = {}
     for question in dataset.questions:
         asked.setdefault(question.conversation, []).append(question)
-    node_options: dict[str, Any] = {"budget_tokens": budget_tokens}
-    if keep_tokens is not None:
-        node_options["keep_tokens"] = keep_tokens
-    if summarizer is not None:
-        node_options["summarizer"] = summarizer
-    floor = DEFAULT_MIN_SCORE if min_score is None else min_score
+    node_options: dict[str, Any] = {"budget_tokens": settings.budget_tokens}
+    if settings.keep_tokens is not None:
+        node_options["keep_tokens"] = settings.keep_tokens
+    if settings.summarizer is not None:
+        node_options["summarizer"] = settings.summarizer
+    k = settings.limits.k
 
     stats: list[ConversationStats] = []
     results: dict[str, QuestionResult] = {}
-    with open_checkpointer("memory://") as saver, open_store(store_url) as store:
+    with open_checkpointer("memory://") as saver, open_store(settings.store_url) as store:
         for done, conversation in enumerate(dataset.conversations, start=1):
             played = _play(conversation, saver, store, node_options)
             stats.append(_stats(conversation, played))
             baseline = _Baseline(conversation)
             for question in asked.get(conversation.id, []):
-                hits = recall(store, played.namespace, question.question, k=k, min_score=floor)
+                hits = recall(store, played.namespace, question.question, limits=settings.limits)
                 results[question.id] = QuestionResult(
                     id=question.id,
                     conversation=conversation.id,
@@ -139,15 +194,22 @@ def evaluate(
                 )
             if progress is not None:
                 progress(done, len(dataset.conversations), conversation.id)
-    settings = {
-        "budget_tokens": budget_tokens,
-        "keep_tokens": keep_tokens,
-        "k": k,
-        "min_score": floor,
-        "store_url": store_url,
-        "summarizer": summarizer.name if summarizer is not None else None,
-    }
-    return EvalReport(settings, tuple(stats), tuple(results[q.id] for q in dataset.questions))
+    questions = tuple(results[q.id] for q in dataset.questions)
+    return EvalReport(settings.to_json(), tuple(stats), questions)
+
+
+def _with_keywords(settings: EvalSettings, legacy: EvalKeywords) -> EvalSettings:
+    """``settings`` with the deprecated keywords ``legacy`` applied."""
+    given: dict[str, Any] = dict(legacy)
+    limits = settings.limits
+    if "k" in given:
+        limits = dataclasses.replace(limits, k=given.pop("k"))
+    if "min_score" in given:
+        floor = given.pop("min_score")
+        limits = dataclasses.replace(
+            limits, min_score=DEFAULT_MIN_SCORE if floor is None else floor
+        )
+    return dataclasses.replace(settings, limits=limits, **given)
 
 
 def _play(

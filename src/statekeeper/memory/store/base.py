@@ -33,7 +33,7 @@ from langgraph.store.base import (
 )
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory import _lexical
+from statekeeper.memory.store import lexical
 from statekeeper.memory.store.search import check_list, check_page
 from statekeeper.memory.store.values import (
     Fields,
@@ -235,7 +235,7 @@ class MemoryStore(BaseStore):
         if op.index is not False:
             fields = self._fields if op.index is None else parse_fields(op.index)
             texts = indexed_texts(op.value, fields)
-        terms = tuple(_lexical.terms("\n".join(text for _, text in texts)))
+        terms = tuple(lexical.terms("\n".join(text for _, text in texts)))
         plan.to_embed.append((len(plan.steps), tuple(path for path, _ in texts)))
         plan.texts.extend(text for _, text in texts)
         return Write(op.namespace, op.key, value, op.ttl, terms, ())

@@ -24,8 +24,8 @@ from langgraph.store.base import (
 )
 
 from statekeeper.errors import StorageError
-from statekeeper.memory._lexical import query_terms
 from statekeeper.memory.store.base import MemoryStore, Plan, Write, stamp
+from statekeeper.memory.store.lexical import query_terms
 from statekeeper.memory.store.search import (
     bm25,
     lexical_scores,

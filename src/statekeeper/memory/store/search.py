@@ -16,7 +16,7 @@ from typing import TypeVar
 from langgraph.store.base import ListNamespacesOp, MatchCondition
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory._lexical import coverage, weights
+from statekeeper.memory.store.lexical import coverage, weights
 from statekeeper.memory.store.values import cosine, unpack_vector
 
 __all__ = [
