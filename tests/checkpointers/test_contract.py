@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NamedTuple, TypedDict
 
 import pydantic
 import pytest
@@ -1722,3 +1722,306 @@ def test_delta_channels_rebuild_like_in_memory_and_survive_prune(saver: Any) -> 
     graph.invoke({"log": ["after prune"]}, config)
     after = [*before["log"], "after prune", f"step {len(before['log']) + 1}"]
     assert graph.get_state(config).values["log"] == after
+
+
+# --------------------------------------------------------------------------------------------
+# 17. the write path: every check, on every backend
+# --------------------------------------------------------------------------------------------
+#
+# ``Checkpointer`` checks every write the same way before a backend stores anything. Each
+# check below is one case, run through the sync method and its async twin on every
+# backend: it must raise exactly its error, and leave what was stored before untouched.
+
+BAD = "a\ud800"  # a lone surrogate: not encodable as UTF-8, so no backend can store it
+
+
+class WriteCheck(NamedTuple):
+    method: str  # the sync method; the async twin is "a" + method
+    arguments: Callable[[RunnableConfig], tuple[Any, ...]]  # the stored head -> arguments
+    error: type[Exception]
+    keywords: dict[str, Any]
+
+
+def _put_call(
+    config: RunnableConfig | None = None,
+    *,
+    checkpoint: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    values: dict[str, Any] | None = None,
+    versions: dict[Any, Any] | None = None,
+    new_versions: dict[Any, Any] | None = None,
+) -> Callable[[RunnableConfig], tuple[Any, ...]]:
+    """The arguments of a put of a child of the head of thread "a", valid but for what
+    is given."""
+
+    def arguments(head: RunnableConfig) -> tuple[Any, ...]:
+        stored = generate_checkpoint(
+            checkpoint_id=new_id(),
+            channel_values={"a": "new"} if values is None else values,
+            channel_versions={"a": 99} if versions is None else versions,
+        )
+        stored.update(checkpoint or {})  # type: ignore[typeddict-item]
+        return (
+            cfg("a", "", cp_id(head)) if config is None else config,
+            stored,
+            {**generate_metadata(step=9), **(metadata or {})},
+            {"a": 99} if new_versions is None else new_versions,
+        )
+
+    return arguments
+
+
+def _writes_call(
+    config: RunnableConfig | None = None,
+    *,
+    writes: list[tuple[Any, Any]] | None = None,
+    task_id: Any = "task-new",
+    task_path: Any = "",
+) -> Callable[[RunnableConfig], tuple[Any, ...]]:
+    """The arguments of a put_writes to the head of thread "a", valid but for what is
+    given."""
+
+    def arguments(head: RunnableConfig) -> tuple[Any, ...]:
+        return (
+            head if config is None else config,
+            [("a", "new write")] if writes is None else writes,
+            task_id,
+            task_path,
+        )
+
+    return arguments
+
+
+def _given(*arguments: Any) -> Callable[[RunnableConfig], tuple[Any, ...]]:
+    return lambda head: arguments
+
+
+def _check(
+    method: str,
+    arguments: Callable[[RunnableConfig], tuple[Any, ...]],
+    error: type[Exception],
+    id: str,
+    **keywords: Any,
+) -> Any:
+    return pytest.param(WriteCheck(method, arguments, error, keywords), id=id)
+
+
+def _unnamed_config(head: RunnableConfig) -> RunnableConfig:
+    return {"configurable": {"checkpoint_ns": "", "checkpoint_id": cp_id(head)}}
+
+
+WRITE_PATH_CHECKS = [
+    # put: the config
+    _check("put", _put_call({}), ConfigurationError, "put-config-without-configurable"),
+    _check(
+        "put",
+        _put_call({"configurable": {"checkpoint_ns": ""}}),
+        ConfigurationError,
+        "put-config-without-thread-id",
+    ),
+    _check("put", _put_call(cfg(BAD)), InvalidIdError, "put-thread-id-lone-surrogate"),
+    _check("put", _put_call(cfg("")), InvalidIdError, "put-thread-id-empty"),
+    _check(
+        "put",
+        _put_call({"configurable": {"thread_id": None}}),
+        InvalidIdError,
+        "put-thread-id-not-text",
+    ),
+    _check("put", _put_call(cfg("a", BAD)), InvalidIdError, "put-namespace-lone-surrogate"),
+    _check("put", _put_call(cfg("a", "", BAD)), InvalidIdError, "put-parent-id-lone-surrogate"),
+    _check("put", _put_call(cfg("a", "", b"id")), InvalidIdError, "put-parent-id-not-text"),
+    # put: the checkpoint's id
+    _check(
+        "put", _put_call(checkpoint={"id": BAD}), InvalidIdError, "put-checkpoint-id-lone-surrogate"
+    ),
+    _check("put", _put_call(checkpoint={"id": ""}), InvalidIdError, "put-checkpoint-id-empty"),
+    _check("put", _put_call(checkpoint={"id": None}), InvalidIdError, "put-checkpoint-id-not-text"),
+    # put: the metadata, and the run id in it
+    _check(
+        "put", _put_call(metadata={"score": float("nan")}), SerializationError, "put-metadata-nan"
+    ),
+    _check(
+        "put",
+        _put_call(metadata={"when": datetime(2024, 1, 1, tzinfo=UTC)}),
+        SerializationError,
+        "put-metadata-not-json",
+    ),
+    _check("put", _put_call(metadata={"run_id": BAD}), InvalidIdError, "put-run-id-lone-surrogate"),
+    _check(
+        "put",
+        _put_call(
+            {"configurable": {"thread_id": "a", "checkpoint_ns": ""}, "metadata": {"run_id": BAD}}
+        ),
+        InvalidIdError,
+        "put-run-id-from-the-config-lone-surrogate",
+    ),
+    # put: channel names and versions
+    _check(
+        "put",
+        _put_call(versions={"a": 99, BAD: 1}),
+        InvalidIdError,
+        "put-channel-versions-name-lone-surrogate",
+    ),
+    _check(
+        "put",
+        _put_call(versions={"a": 99, None: 1}),
+        InvalidIdError,
+        "put-channel-versions-name-not-text",
+    ),
+    _check(
+        "put",
+        _put_call(values={BAD: 1}, new_versions={BAD: 99}),
+        InvalidIdError,
+        "put-new-versions-name-lone-surrogate",
+    ),
+    _check(
+        "put",
+        _put_call(versions={"a": float("nan")}),
+        SerializationError,
+        "put-channel-version-nan",
+    ),
+    _check(
+        "put",
+        _put_call(new_versions={"a": float("inf")}),
+        SerializationError,
+        "put-new-version-infinite",
+    ),
+    _check(
+        "put",
+        _put_call(versions={"a": object()}, new_versions={"a": object()}),
+        SerializationError,
+        "put-version-not-json",
+    ),
+    # put: what is serialised
+    _check(
+        "put",
+        _put_call(checkpoint={"versions_seen": {"node": {"a": object()}}}),
+        SerializationError,
+        "put-checkpoint-not-serialisable",
+    ),
+    _check(
+        "put", _put_call(values={"a": object()}), SerializationError, "put-value-not-serialisable"
+    ),
+    # put_writes: the config
+    _check(
+        "put_writes", _writes_call({}), ConfigurationError, "put-writes-config-without-configurable"
+    ),
+    _check(
+        "put_writes",
+        lambda head: _writes_call(_unnamed_config(head))(head),
+        ConfigurationError,
+        "put-writes-config-without-thread-id",
+    ),
+    _check(
+        "put_writes",
+        _writes_call(cfg("a")),
+        ConfigurationError,
+        "put-writes-config-without-checkpoint-id",
+    ),
+    _check(
+        "put_writes",
+        lambda head: _writes_call(cfg(BAD, "", cp_id(head)))(head),
+        InvalidIdError,
+        "put-writes-thread-id-lone-surrogate",
+    ),
+    _check(
+        "put_writes",
+        lambda head: _writes_call(cfg("a", BAD, cp_id(head)))(head),
+        InvalidIdError,
+        "put-writes-namespace-lone-surrogate",
+    ),
+    _check(
+        "put_writes",
+        _writes_call(cfg("a", "", BAD)),
+        InvalidIdError,
+        "put-writes-checkpoint-id-lone-surrogate",
+    ),
+    # put_writes: the task and the writes
+    _check(
+        "put_writes", _writes_call(task_id=BAD), InvalidIdError, "put-writes-task-id-lone-surrogate"
+    ),
+    _check("put_writes", _writes_call(task_id=None), InvalidIdError, "put-writes-task-id-not-text"),
+    _check(
+        "put_writes",
+        _writes_call(task_path=BAD),
+        InvalidIdError,
+        "put-writes-task-path-lone-surrogate",
+    ),
+    _check(
+        "put_writes", _writes_call(task_path=None), InvalidIdError, "put-writes-task-path-not-text"
+    ),
+    _check(
+        "put_writes",
+        _writes_call(writes=[("a", 1), (BAD, 2)]),
+        InvalidIdError,
+        "put-writes-channel-lone-surrogate",
+    ),
+    _check(
+        "put_writes",
+        _writes_call(writes=[("a", 1), (["a"], 2)]),
+        InvalidIdError,
+        "put-writes-channel-not-text",
+    ),
+    _check(
+        "put_writes",
+        _writes_call(writes=[("a", 1), ("b", object())]),
+        SerializationError,
+        "put-writes-value-not-serialisable",
+    ),
+    # deletes and copies: every id is checked before anything changes
+    _check("delete_thread", _given(BAD), InvalidIdError, "delete-thread-lone-surrogate"),
+    _check("delete_thread", _given(""), InvalidIdError, "delete-thread-empty"),
+    _check("delete_thread", _given(None), InvalidIdError, "delete-thread-not-text"),
+    _check(
+        "delete_for_runs", _given(["run-1", BAD]), InvalidIdError, "delete-for-runs-lone-surrogate"
+    ),
+    _check("delete_for_runs", _given(["run-1", ""]), InvalidIdError, "delete-for-runs-empty"),
+    _check("delete_for_runs", _given(["run-1", None]), InvalidIdError, "delete-for-runs-not-text"),
+    _check("copy_thread", _given(BAD, "copy"), InvalidIdError, "copy-thread-source-lone-surrogate"),
+    _check("copy_thread", _given("a", BAD), InvalidIdError, "copy-thread-target-lone-surrogate"),
+    _check("copy_thread", _given("a", ""), InvalidIdError, "copy-thread-target-empty"),
+    _check("prune", _given(["a", BAD]), InvalidIdError, "prune-keep-latest-lone-surrogate"),
+    _check(
+        "prune",
+        _given(["a", BAD]),
+        InvalidIdError,
+        "prune-delete-lone-surrogate",
+        strategy="delete",
+    ),
+    _check(
+        "prune", _given(["a"]), ConfigurationError, "prune-unknown-strategy", strategy="keep_all"
+    ),
+]
+
+
+def _write_path_state(saver: Any) -> RunnableConfig:
+    """Thread "a" (run-1, two namespaces, writes everywhere); returns its root head."""
+    return populate(saver, "a", version_maker(saver))["r2"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("check", WRITE_PATH_CHECKS)
+def test_each_write_path_check_raises_its_exact_error_and_stores_nothing(
+    saver: Any, check: WriteCheck
+) -> None:
+    head = _write_path_state(saver)
+    before = snapshot(saver)
+
+    with pytest.raises(check.error) as raised:
+        getattr(saver, check.method)(*check.arguments(head), **check.keywords)
+
+    assert type(raised.value) is check.error, repr(raised.value)
+    assert snapshot(saver) == before
+
+
+@pytest.mark.parametrize("check", WRITE_PATH_CHECKS)
+async def test_each_async_write_path_check_raises_its_exact_error_and_stores_nothing(
+    saver: Any, check: WriteCheck
+) -> None:
+    head = _write_path_state(saver)
+    before = snapshot(saver)
+
+    with pytest.raises(check.error) as raised:
+        await getattr(saver, "a" + check.method)(*check.arguments(head), **check.keywords)
+
+    assert type(raised.value) is check.error, repr(raised.value)
+    assert snapshot(saver) == before

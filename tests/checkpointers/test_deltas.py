@@ -13,9 +13,9 @@ from statekeeper._storage.deltas import (
     RecentPayloads,
     Remembered,
     StoredValue,
+    ValuePlanner,
     append_delta,
     apply_delta,
-    plan_value,
     rebuild,
     rebuild_all,
 )
@@ -102,7 +102,7 @@ def _store_chain(values: list[list[str]]) -> dict[str, StoredValue]:
     recent = RecentPayloads()
     stored: dict[str, StoredValue] = {}
     for i, value in enumerate(values):
-        plan = plan_value(SERDE, "k", "messages", f"v{i:03}", value, recent=recent, compress=True)
+        plan = ValuePlanner(recent).plan(SERDE, "k", "messages", f"v{i:03}", value)
         stored[plan.stored.version] = plan.stored
         assert plan.remember is not None
         recent.put("k", plan.remember)
@@ -130,7 +130,7 @@ def test_a_growing_list_is_stored_as_deltas_with_a_full_copy_every_max_chain() -
 
 def test_values_that_are_not_lists_are_stored_whole_and_compressed() -> None:
     recent = RecentPayloads()
-    plan = plan_value(SERDE, "k", "doc", "v1", "text " * 1000, recent=recent, compress=True)
+    plan = ValuePlanner(recent, compress=True).plan(SERDE, "k", "doc", "v1", "text " * 1000)
     assert plan.stored.codec == "zlib"
     assert plan.remember is None
     assert SERDE.loads_typed(("msgpack", rebuild([plan.stored]))) == "text " * 1000
@@ -138,11 +138,11 @@ def test_values_that_are_not_lists_are_stored_whole_and_compressed() -> None:
 
 def test_a_lone_surrogate_in_an_appended_element_is_refused() -> None:
     recent = RecentPayloads()
-    first = plan_value(SERDE, "k", "m", "v1", ["ok?"], recent=recent, compress=True)
+    first = ValuePlanner(recent).plan(SERDE, "k", "m", "v1", ["ok?"])
     assert first.remember is not None
     recent.put("k", first.remember)
     with pytest.raises(SerializationError, match="lone surrogate"):
-        plan_value(SERDE, "k", "m", "v2", ["ok?", "bad \ud800"], recent=recent, compress=True)
+        ValuePlanner(recent).plan(SERDE, "k", "m", "v2", ["ok?", "bad \ud800"])
 
 
 def test_a_corrupt_chain_is_detected_by_its_checksum() -> None:

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from statekeeper._storage.deltas import RecentPayloads, plan_value
+from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import _scan, check_id, encode, safe_serde
 from statekeeper.backends.redis._client import pack
 from statekeeper.backends.redis._layout import Layout, _framed, version_part
@@ -134,10 +134,10 @@ def test_scan_answers_for_plain_data_and_models_and_defers_on_other_objects() ->
 
 def _delta_plan(previous: list[Any], new: list[Any]) -> None:
     recent = RecentPayloads()
-    first = plan_value(SERDE, "k", "messages", "v1", previous, recent=recent, compress=True)
+    first = ValuePlanner(recent).plan(SERDE, "k", "messages", "v1", previous)
     assert first.remember is not None
     recent.put("k", first.remember)
-    second = plan_value(SERDE, "k", "messages", "v2", new, recent=recent, compress=True)
+    second = ValuePlanner(recent).plan(SERDE, "k", "messages", "v2", new)
     assert second.stored.codec == "append"  # the appended message was screened as a delta
 
 

@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.redis._layout import Record, swap
+from statekeeper.backends.redis.options import RedisOptions
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
@@ -187,7 +188,7 @@ def test_query_options_are_parsed_and_keywords_win(url: str, client: redis.Redis
 def test_the_class_takes_keywords_not_query_options(url: str) -> None:
     with pytest.raises(ConfigurationError, match="pass options as keywords"):
         RedisCheckpointer(url)
-    with RedisCheckpointer(url.split("?")[0], prefix=prefix_of(url)) as saver:
+    with RedisCheckpointer(url.split("?")[0], RedisOptions(prefix=prefix_of(url))) as saver:
         put(saver, "t", {"a": 1})
         assert saver.get_tuple(cfg("t")) is not None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +31,10 @@ __all__ = [
     "RecentPayloads",
     "Remembered",
     "StoredValue",
+    "ValuePlanner",
     "append_delta",
     "apply_delta",
     "crc",
-    "plan_new_value",
-    "plan_value",
     "rebuild",
     "rebuild_all",
 ]
@@ -166,69 +165,69 @@ class PlannedValue:
     remember_fallback: Remembered | None = None
 
 
-def plan_value(
-    serde: SerializerProtocol,
-    key: Hashable,
-    channel: str,
-    version: str,
-    value: Any,
-    *,
-    recent: RecentPayloads,
-    compress: bool,
-) -> PlannedValue:
-    """Serialise ``value`` and decide how to store it: as a delta on the payload last
-    remembered under ``key`` (thread, namespace, channel) when it extends it, else whole
-    (zlib-compressed when ``compress`` and it is not a list that future deltas build on).
+@dataclass(frozen=True, slots=True)
+class ValuePlanner:
+    """How one checkpointer decides to store channel values: as deltas on the payloads
+    it wrote last (``recent``, shared with its reads), else whole — zlib-compressed when
+    ``compress`` and the value is not a list that later deltas build on. ``serde`` is
+    passed to each call: LangGraph's ``with_allowlist`` clones a saver (sharing this
+    planner) with another serializer."""
 
-    Raises:
-        SerializationError: ``serde`` cannot encode ``value``, or would alter it.
-    """
-    type_, raw = dumps(serde, value)
-    checksum = crc(raw)
-    is_array = type_ == "msgpack" and _array_header_length(raw) is not None
-    full = StoredValue(
-        channel, version, type_, *pack(raw, compress=compress and not is_array), crc=checksum
-    )
-    if not is_array:
+    recent: RecentPayloads
+    compress: bool = True
+
+    def plan(
+        self, serde: SerializerProtocol, key: Hashable, channel: str, version: str, value: Any
+    ) -> PlannedValue:
+        """Serialise ``value`` and decide how to store it: as a delta on the payload last
+        remembered under ``key`` (thread, namespace, channel) when it extends it, else
+        whole.
+
+        Raises:
+            SerializationError: ``serde`` cannot encode ``value``, or would alter it.
+        """
+        type_, raw = dumps(serde, value)
+        checksum = crc(raw)
+        is_array = type_ == "msgpack" and _array_header_length(raw) is not None
+        codec, data = pack(raw, compress=self.compress and not is_array)
+        full = StoredValue(channel, version, type_, codec, data, crc=checksum)
+        if not is_array:
+            ensure_exact(value, type_, raw)
+            return PlannedValue(full)
+        whole = Remembered(version, raw, checksum, 0)
+        previous = self.recent.get(key)
+        if previous is not None and previous.depth < MAX_CHAIN and previous.version != version:
+            delta = append_delta(previous.data, raw)
+            if delta is not None:
+                # The base's elements were checked when it was written: check the new ones.
+                added = value[_element_count(previous.data) :] if isinstance(value, list) else value
+                ensure_exact(added, type_, delta)
+                return PlannedValue(
+                    StoredValue(
+                        channel, version, type_, "append", delta, previous.version, checksum
+                    ),
+                    fallback=full,
+                    base_crc=previous.crc,
+                    remember=Remembered(version, raw, checksum, previous.depth + 1),
+                    remember_fallback=whole,
+                )
         ensure_exact(value, type_, raw)
-        return PlannedValue(full)
-    whole = Remembered(version, raw, checksum, 0)
-    previous = recent.get(key)
-    if previous is not None and previous.depth < MAX_CHAIN and previous.version != version:
-        delta = append_delta(previous.data, raw)
-        if delta is not None:
-            # The base's elements were checked when it was written: check the new ones.
-            added = value[_element_count(previous.data) :] if isinstance(value, list) else value
-            ensure_exact(added, type_, delta)
-            return PlannedValue(
-                StoredValue(channel, version, type_, "append", delta, previous.version, checksum),
-                fallback=full,
-                base_crc=previous.crc,
-                remember=Remembered(version, raw, checksum, previous.depth + 1),
-                remember_fallback=whole,
-            )
-    ensure_exact(value, type_, raw)
-    return PlannedValue(full, remember=whole, remember_fallback=whole)
+        return PlannedValue(full, remember=whole, remember_fallback=whole)
 
-
-def plan_new_value(
-    serde: SerializerProtocol,
-    key: Hashable,
-    channel: str,
-    version: str,
-    values: dict[str, Any],
-    *,
-    recent: RecentPayloads,
-    compress: bool,
-) -> PlannedValue:
-    """Plan the value of a channel named in a ``put``'s ``new_versions``: the ``empty``
-    marker when the checkpoint carries no value for it (a consumed channel, a
-    ``DeltaChannel`` step), else :func:`plan_value` of ``values[channel]``."""
-    if channel not in values:
-        return PlannedValue(StoredValue(channel, version, *EMPTY))
-    return plan_value(
-        serde, key, channel, version, values[channel], recent=recent, compress=compress
-    )
+    def plan_new(
+        self,
+        serde: SerializerProtocol,
+        key: Hashable,
+        channel: str,
+        version: str,
+        values: Mapping[str, Any],
+    ) -> PlannedValue:
+        """Plan the value of a channel named in a ``put``'s ``new_versions``: the ``empty``
+        marker when the checkpoint carries no value for it (a consumed channel, a
+        ``DeltaChannel`` step), else :meth:`plan` of ``values[channel]``."""
+        if channel not in values:
+            return PlannedValue(StoredValue(channel, version, *EMPTY))
+        return self.plan(serde, key, channel, version, values[channel])
 
 
 def rebuild(chain: Sequence[StoredValue]) -> bytes:

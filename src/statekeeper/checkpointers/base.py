@@ -1,9 +1,19 @@
 """``Checkpointer``: what every statekeeper backend shares on top of LangGraph's base.
 
-A backend implements the synchronous API (thread-safe, since LangGraph calls ``put`` from
-background threads) and ``close()``. This class adds the context-manager protocol,
+This class owns the write path. ``put``, ``put_writes``, ``delete_thread``,
+``delete_for_runs``, ``copy_thread`` and ``prune`` (and their async twins) are written
+once, here: they check every id, the metadata and the channel versions, serialise the
+checkpoint and the pending writes, and hand a prepared record
+(:mod:`statekeeper.checkpointers.records`) or checked ids to one small backend method that
+only stores: ``_commit_put``, ``_commit_writes``, ``_delete_threads``, ``_delete_runs``,
+``_copy_thread``, ``_keep_latest``. So every backend refuses the same input with the same
+error, before anything is written.
+
+A backend implements those methods and the reads (thread-safe: LangGraph calls ``put``
+from background threads) and ``close()``. This class adds the context-manager protocol,
 versions, and an async API that runs the sync code in a worker thread, so the event loop
-never blocks. A backend with a native async driver overrides the ``a*`` methods.
+never blocks; a backend with a native async driver overrides the ``_a*`` twins of the
+storing methods (``_acommit_put``...) and the async reads.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import Any, NamedTuple, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -25,8 +36,23 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
-from statekeeper._storage.payload import check_id
-from statekeeper.checkpointers.semantics import check_prune_strategy, next_version
+from statekeeper._storage.payload import check_id, encode
+from statekeeper.checkpointers.records import (
+    Encoded,
+    NewVersion,
+    PreparedPut,
+    PreparedWrites,
+    WriteRow,
+)
+from statekeeper.checkpointers.semantics import (
+    check_prune_strategy,
+    dump_metadata,
+    location,
+    merged_metadata,
+    next_version,
+    stored_version,
+)
+from statekeeper.errors import ConfigurationError
 
 __all__ = ["Checkpointer", "TaskWrite"]
 
@@ -43,7 +69,13 @@ class TaskWrite(NamedTuple):
 
 
 class Checkpointer(BaseCheckpointSaver[str]):
-    """Base class of statekeeper's checkpointers (see the module docstring)."""
+    """Base class of statekeeper's checkpointers (see the module docstring).
+
+    ``compress``: whether payloads of 1 KiB or more are zlib-compressed when that saves
+    space (the checkpoint and the pending writes here; channel values by the backend).
+    """
+
+    compress: bool = True
 
     def close(self) -> None:
         """Release the backend's resources. Idempotent; later use raises StorageError."""
@@ -75,6 +107,91 @@ class Checkpointer(BaseCheckpointSaver[str]):
         """A version greater than ``current`` (see :func:`next_version`)."""
         return next_version(current)
 
+    # -- the write path: checked and prepared here, stored by the backend ---------------
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` as a child of the checkpoint ``config`` names (its
+        ``checkpoint_id``, if any), storing the values of the channels in
+        ``new_versions`` only: the others keep the versions stored earlier. Returns the
+        config naming the stored checkpoint.
+
+        Everything is checked, and the checkpoint serialised, before anything is written;
+        the backend then stores it atomically: all of it, or nothing if it fails.
+
+        Raises:
+            ConfigurationError: the config names no thread.
+            InvalidIdError: a thread id, namespace, checkpoint id (the config's or the
+                checkpoint's), run id (the metadata's ``run_id``) or channel name cannot
+                be stored.
+            SerializationError: the metadata or a channel version is not JSON, or the
+                checkpoint or a channel value cannot be stored exactly.
+            StorageError: the storage failed, or the checkpointer is closed.
+        """
+        prepared = self._prepare_put(config, checkpoint, metadata, new_versions)
+        self._commit_put(prepared)
+        return prepared.config
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
+        a regular write already stored for (task, index) is kept; the special channels
+        (``__error__``, ``__interrupt__``...) replace the write stored for them.
+
+        Everything is checked and serialised before anything is written; the backend
+        then stores the writes atomically: all of them, or none if it fails.
+
+        Raises:
+            ConfigurationError: the config names no thread, or no ``checkpoint_id``.
+            InvalidIdError: a thread id, namespace, checkpoint id, task id, task path or
+                channel name cannot be stored.
+            SerializationError: a value cannot be stored exactly.
+            StorageError: the storage failed, or the checkpointer is closed.
+        """
+        self._commit_writes(self._prepare_writes(config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces).
+
+        Raises:
+            InvalidIdError: ``thread_id`` cannot be stored (nothing is deleted).
+        """
+        self._delete_threads((check_id(thread_id, "thread_id"),))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints (and their writes) created by any of ``run_ids`` (the
+        ``run_id`` of their metadata), in every thread and namespace; values no remaining
+        checkpoint uses are deleted too. No ids: nothing to do.
+
+        Raises:
+            InvalidIdError: a run id cannot be stored (every id is checked before
+                anything is deleted).
+        """
+        ids = _run_ids(run_ids)
+        if ids:
+            self._delete_runs(ids)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint (all namespaces, parents and ids kept), value and write
+        of the source thread to the target thread. A missing source copies nothing.
+
+        Raises:
+            InvalidIdError: a thread id cannot be stored (nothing is copied).
+            ThreadExistsError: the target thread already has checkpoints (nothing
+                changes; delete it first or pick another id).
+        """
+        self._copy_thread(*_copy_ids(source_thread_id, target_thread_id))
+
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Shrink threads. ``"keep_latest"`` keeps the newest checkpoint of each namespace
         (with its writes and every value it uses) — plus, when the graph uses LangGraph's
@@ -83,17 +200,114 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
         Raises:
             ConfigurationError: ``strategy`` is neither; nothing is deleted.
+            InvalidIdError: a thread id cannot be stored; nothing is deleted.
         """
-        check_prune_strategy(strategy)
-        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
-        if strategy == "delete":
-            for thread_id in ids:
-                self.delete_thread(thread_id)
-        else:
-            self._keep_latest(ids)
+        delete, ids = _prune_ids(thread_ids, strategy)
+        if ids:
+            (self._delete_threads if delete else self._keep_latest)(ids)
+
+    def _prepare_put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> PreparedPut:
+        """Check a ``put`` and prepare what to store (see :meth:`put` for the errors).
+        Writes nothing; the channel values are left to the backend to serialise."""
+        thread_id, ns, parent_id = location(config)
+        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
+        stored_metadata = merged_metadata(config, metadata)
+        metadata_json = dump_metadata(stored_metadata)
+        run_id = stored_metadata.get("run_id")
+        # Only a non-empty text run_id names a run: what delete_for_runs can be asked for.
+        run_id = check_id(run_id, "run_id") if isinstance(run_id, str) and run_id else None
+        channel_versions: dict[str, Any] = {}
+        version_keys: dict[str, str] = {}
+        for channel, version in checkpoint["channel_versions"].items():
+            name = check_id(channel, "channel name", allow_empty=True)
+            channel_versions[name] = version
+            version_keys[name] = stored_version(version)
+        new = tuple(
+            NewVersion(
+                check_id(channel, "channel name", allow_empty=True),
+                version,
+                stored_version(version),
+            )
+            for channel, version in new_versions.items()
+        )
+        # The names were checked first, so a bad one is an InvalidIdError, not the
+        # SerializationError that serialising the checkpoint holding it would raise.
+        stripped: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
+        encoded = Encoded(*encode(self.serde, stripped, compress=self.compress))
+        return PreparedPut(
+            thread_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent_id,
+            run_id=run_id,
+            metadata=stored_metadata,
+            metadata_json=metadata_json,
+            checkpoint=encoded,
+            channel_versions=channel_versions,
+            version_keys=version_keys,
+            new_versions=new,
+            values=values,
+        )
+
+    def _prepare_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> PreparedWrites:
+        """Check a ``put_writes`` and serialise its writes (see :meth:`put_writes` for the
+        errors). Writes nothing."""
+        thread_id, ns, checkpoint_id = location(config)
+        if checkpoint_id is None:
+            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
+        task_id = check_id(task_id, "task_id", allow_empty=True)
+        task_path = check_id(task_path, "task_path", allow_empty=True)
+        serde, compress = self.serde, self.compress
+        rows: list[WriteRow] = []
+        for idx, (channel, value) in enumerate(writes):
+            # the name first: an unhashable channel is an InvalidIdError, not a TypeError
+            name = check_id(channel, "channel name", allow_empty=True)
+            type_, codec, data = encode(serde, value, compress=compress)
+            rows.append(WriteRow(WRITES_IDX_MAP.get(name, idx), name, type_, codec, data))
+        return PreparedWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(rows))
+
+    # -- what a backend stores: called with checked input only ---------------------------
+
+    def _commit_put(self, prepared: PreparedPut) -> None:
+        """Store a prepared checkpoint and the values of its ``new_versions``, atomically:
+        a failure leaves what was stored before. Replaces a checkpoint of the same id."""
+        raise NotImplementedError
+
+    def _commit_writes(self, prepared: PreparedWrites) -> None:
+        """Store prepared pending writes atomically, keeping regular writes already stored
+        for the same (task, idx) and replacing special ones (``WriteRow.replaces``)."""
+        raise NotImplementedError
+
+    def _delete_threads(self, thread_ids: Sequence[str]) -> None:
+        """Delete these (checked, distinct, at least one) threads, every namespace of
+        each; each thread at once."""
+        raise NotImplementedError
+
+    def _delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints of these (checked, distinct, at least one) run ids, their
+        writes, and the values no remaining checkpoint uses, in every thread."""
+        raise NotImplementedError
+
+    def _copy_thread(self, source: str, target: str) -> None:
+        """Copy the (checked) source thread to the target; ThreadExistsError if the target
+        has checkpoints."""
+        raise NotImplementedError
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
-        """``prune(ids, strategy="keep_latest")`` for validated thread ids."""
+        """``prune(ids, strategy="keep_latest")`` for checked thread ids (at least one)."""
         raise NotImplementedError
 
     def get_writes(self, config: RunnableConfig) -> list[TaskWrite]:
@@ -144,7 +358,9 @@ class Checkpointer(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        prepared = self._prepare_put(config, checkpoint, metadata, new_versions)
+        await self._acommit_put(prepared)
+        return prepared.config
 
     async def aput_writes(
         self,
@@ -153,19 +369,44 @@ class Checkpointer(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+        await self._acommit_writes(self._prepare_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await asyncio.to_thread(self.delete_thread, thread_id)
+        await self._adelete_threads((check_id(thread_id, "thread_id"),))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await asyncio.to_thread(self.delete_for_runs, run_ids)
+        ids = _run_ids(run_ids)
+        if ids:
+            await self._adelete_runs(ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await self._acopy_thread(*_copy_ids(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+        delete, ids = _prune_ids(thread_ids, strategy)
+        if ids:
+            await (self._adelete_threads if delete else self._akeep_latest)(ids)
+
+    # The async twins of the storing methods: the sync code in a worker thread (the
+    # checks and the serialisation above run before, on the caller's thread).
+
+    async def _acommit_put(self, prepared: PreparedPut) -> None:
+        await asyncio.to_thread(self._commit_put, prepared)
+
+    async def _acommit_writes(self, prepared: PreparedWrites) -> None:
+        await asyncio.to_thread(self._commit_writes, prepared)
+
+    async def _adelete_threads(self, thread_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self._delete_threads, thread_ids)
+
+    async def _adelete_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self._delete_runs, run_ids)
+
+    async def _acopy_thread(self, source: str, target: str) -> None:
+        await asyncio.to_thread(self._copy_thread, source, target)
+
+    async def _akeep_latest(self, ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self._keep_latest, ids)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -177,3 +418,22 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
 def _take(items: Iterator[CheckpointTuple], n: int) -> list[CheckpointTuple]:
     return list(itertools.islice(items, n))
+
+
+def _run_ids(run_ids: Sequence[str]) -> tuple[str, ...]:
+    """``delete_for_runs``'s ids, checked (all of them, before anything is deleted) and
+    without repeats."""
+    return tuple(dict.fromkeys(check_id(run_id, "run_id") for run_id in run_ids))
+
+
+def _copy_ids(source_thread_id: str, target_thread_id: str) -> tuple[str, str]:
+    return check_id(source_thread_id, "source thread_id"), check_id(
+        target_thread_id, "target thread_id"
+    )
+
+
+def _prune_ids(thread_ids: Sequence[str], strategy: str) -> tuple[bool, tuple[str, ...]]:
+    """``prune``'s arguments checked: (whether to delete, the thread ids)."""
+    check_prune_strategy(strategy)
+    ids = tuple(dict.fromkeys(check_id(thread_id, "thread_id") for thread_id in thread_ids))
+    return strategy == "delete", ids

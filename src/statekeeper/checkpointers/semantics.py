@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from json.encoder import encode_basestring_ascii as _json_text
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -28,6 +29,7 @@ __all__ = [
     "matches",
     "merged_metadata",
     "next_version",
+    "stored_version",
     "version_key",
 ]
 
@@ -137,10 +139,33 @@ def matches(metadata: dict[str, Any], filter: dict[str, Any]) -> bool:
     return all(json_equal(metadata.get(key), value) for key, value in filter.items())
 
 
-def version_key(version: str | int | float) -> str:
+def version_key(version: Any) -> str:
     """A version as stored text: JSON keeps ``1``, ``1.0`` and ``"1"`` apart, so versions
-    of any type map to distinct keys."""
+    of any type map to distinct keys. Equal to ``json.dumps(version)``, in a third of its
+    time for the usual versions (text and ints): this runs for every channel of every
+    ``put``."""
+    if type(version) is str:
+        return _json_text(version)  # what json.dumps runs for a str
+    if type(version) is int:
+        return str(version)
     return json.dumps(version)
+
+
+def stored_version(version: Any) -> str:
+    """:func:`version_key` of a version about to be stored, checked: what every backend
+    can store and read back as it was given.
+
+    Raises:
+        SerializationError: the version is not JSON (an object, NaN, an infinity...).
+    """
+    if type(version) is str or type(version) is int:
+        return version_key(version)
+    try:
+        return json.dumps(version, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(
+            f"channel versions must be strings or numbers (JSON), got {version!r}: {exc}"
+        ) from None
 
 
 def next_version(current: str | int | float | None) -> str:

@@ -30,7 +30,7 @@ from statekeeper.backends.file._namespace import (
     reporting,
 )
 from statekeeper.backends.file._records import Store
-from statekeeper.backends.file._values import Lines, Memo, lines_of, read_value, walk
+from statekeeper.backends.file._values import Known, Lines, Memo, lines_of, read_value, walk
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.checkpointers.semantics import checkpoint_config, matches
 
@@ -139,9 +139,10 @@ class Reader:
                     opened.append(lines_of(stack.enter_context(self.store.index(self.n)), entry))
                 return opened[0](checkpoint_id)
 
+            known = Known(self.recent, self.memo)
             for channel, at in record["values"].items():
                 version = versions[channel]
-                payload = read_value(self.n, lines, at, channel, version, self.recent, self.memo)
+                payload = read_value(self.n, lines, at, channel, version, known)
                 values[channel] = decode(self.serde, *payload)
         return values
 

@@ -30,11 +30,11 @@ from statekeeper._storage.deltas import (
     RecentPayloads,
     Remembered,
     StoredValue,
-    plan_new_value,
+    ValuePlanner,
     rebuild_all,
 )
 from statekeeper._storage.lineage import walk_chains
-from statekeeper._storage.payload import EMPTY, check_id
+from statekeeper._storage.payload import EMPTY
 from statekeeper.backends.file._index import DamagedIndex, Entry, IndexView
 from statekeeper.backends.file._namespace import (
     Damaged,
@@ -43,16 +43,18 @@ from statekeeper.backends.file._namespace import (
     Payload,
     read_record,
 )
+from statekeeper.checkpointers.records import PreparedPut
 from statekeeper.checkpointers.semantics import version_key
 from statekeeper.errors import SerializationError
 
 __all__ = [
     "INLINE_LIMIT",
+    "NOTHING_KNOWN",
+    "Known",
     "Lines",
     "Memo",
     "Placed",
     "Plans",
-    "check_versions",
     "encode_record",
     "lines_of",
     "place_values",
@@ -69,40 +71,18 @@ Lines = Callable[[str], Entry | None]  # a checkpoint id -> its line (deleted on
 Record = dict[str, Any]
 
 
-def plan_values(
-    serde: SerializerProtocol,
-    where: tuple[str, str],
-    new_versions: Mapping[str, Any],
-    values: dict[str, Any],
-    recent: RecentPayloads,
-    compress: bool,
-) -> Plans:
-    """How to store each value ``new_versions`` names (see :func:`plan_new_value`), for
-    the (thread, namespace) ``where``; serialising happens here, before any lock.
+def plan_values(serde: SerializerProtocol, planner: ValuePlanner, prepared: PreparedPut) -> Plans:
+    """How to store each value of ``prepared``'s new versions (see
+    :meth:`ValuePlanner.plan_new`); serialising happens here, before any lock.
 
     Raises:
-        InvalidIdError: a channel name is not storable.
         SerializationError: a value cannot be stored exactly.
     """
-    plans: dict[str, tuple[Any, PlannedValue]] = {}
-    for channel, version in new_versions.items():
-        channel = check_id(channel, "channel name", allow_empty=True)
-        key = (*where, channel)
-        plan = plan_new_value(
-            serde, key, channel, version_key(version), values, recent=recent, compress=compress
-        )
-        plans[channel] = (version, plan)
-    return plans
-
-
-def check_versions(*version_maps: Mapping[str, Any]) -> None:
-    """Raise SerializationError unless every channel version is JSON (a string or number)."""
-    try:
-        json.dumps(version_maps, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SerializationError(
-            f"channel versions must be strings or numbers (JSON), got {exc}"
-        ) from None
+    where, values = (prepared.thread_id, prepared.checkpoint_ns), prepared.values
+    return {
+        channel: (version, planner.plan_new(serde, (*where, channel), channel, key, values))
+        for channel, version, key in prepared.new_versions
+    }
 
 
 def record_of(entry: Entry, channel: str, key: str) -> Record | None:
@@ -182,18 +162,11 @@ def encode_record(n: Namespace, value: StoredValue, version: Any) -> Record:
     return record
 
 
-def place_values(
-    n: Namespace,
-    view: IndexView,
-    checkpoint_id: str,
-    parent_id: str | None,
-    versions: Mapping[str, Any],
-    plans: Plans,
-) -> Placed:
-    """Prepare the value part of a new checkpoint's line (the caller holds the thread's
-    lock and ``view`` is its ``checkpoints``): records for the planned values (large
-    ones written to durable files here), and where every other value is."""
-    finder = _Finder(view, parent_id)
+def place_values(n: Namespace, view: IndexView, prepared: PreparedPut, plans: Plans) -> Placed:
+    """Prepare the value part of the line of ``prepared``'s checkpoint (the caller holds
+    the thread's lock and ``view`` is its ``checkpoints``): records for the planned values
+    (large ones written to durable files here), and where every other value is."""
+    finder = _Finder(view, prepared.parent_id)
     stored: list[Record] = []
     remember: dict[str, Remembered] = {}
     files = False
@@ -219,8 +192,9 @@ def place_values(
     if files:  # one flush of values/ for every name this put created
         n.sync(n.values_dir)
     own = {record["channel"] for record in stored}
+    checkpoint_id = prepared.checkpoint_id
     values: dict[str, str] = {}
-    for channel, version in versions.items():
+    for channel, version in prepared.channel_versions.items():
         if channel in plans and version_key(plans[channel][0]) == version_key(version):
             if channel in own:
                 values[channel] = checkpoint_id
@@ -276,24 +250,35 @@ def _find(n: Namespace, lines: Lines, at: str, channel: str, key: str) -> Record
     return record
 
 
+class Known(NamedTuple):
+    """Payloads a reader need not rebuild: ``recent``, the newest this process wrote per
+    (thread, namespace, channel), and ``memo``, every payload rebuilt earlier in the same
+    walk, so that reading the versions of a history newest first rebuilds each one once
+    (it is cleared when it grows large). Either may be ``None``."""
+
+    recent: RecentPayloads | None = None
+    memo: Memo | None = None
+
+
+NOTHING_KNOWN = Known()
+
+
 def read_value(
     n: Namespace,
     lines: Lines,
     at: str,
     channel: str,
     version: Any,
-    recent: RecentPayloads | None = None,
-    memo: Memo | None = None,
+    known: Known = NOTHING_KNOWN,
 ) -> Payload:
     """The payload of ``channel`` at ``version``, whose record the line of ``at`` holds
-    (a delta rebuilt). ``memo`` keeps every payload rebuilt on the way, so that reading
-    the versions of a history newest first rebuilds each one once (it is cleared when it
-    grows large).
+    (a delta rebuilt), using what is ``known``.
 
     Raises:
         FileNotFoundError: a line or file it needs is missing (deleted meanwhile?).
         Damaged: the record, or one in its delta chain, is damaged.
     """
+    recent, memo = known
     key = version_key(version)
     record = _find(n, lines, at, channel, key)
     head = _stored(n, at, record, load=False)

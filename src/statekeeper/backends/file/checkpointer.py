@@ -37,19 +37,12 @@ from pathlib import Path
 from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims
-from statekeeper._storage.deltas import RecentPayloads
-from statekeeper._storage.payload import check_id, encode, safe_serde
+from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
+from statekeeper._storage.payload import check_id, safe_serde
 from statekeeper.backends.file import directory_path
 from statekeeper.backends.file._index import Entry, make_entry
 from statekeeper.backends.file._namespace import (
@@ -60,22 +53,11 @@ from statekeeper.backends.file._namespace import (
 from statekeeper.backends.file._prune import drop_runs, keep_latest
 from statekeeper.backends.file._reads import delta_history, load, task_writes
 from statekeeper.backends.file._records import CLAIMS_DIR, Store
-from statekeeper.backends.file._values import (
-    Memo,
-    check_versions,
-    place_values,
-    plan_values,
-)
+from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import CorruptFile, verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
-from statekeeper.checkpointers.semantics import (
-    before_id,
-    checkpoint_config,
-    dump_metadata,
-    list_scope,
-    location,
-    merged_metadata,
-)
+from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
+from statekeeper.checkpointers.semantics import before_id, list_scope, location
 from statekeeper.errors import (
     ConfigurationError,
     StorageError,
@@ -147,6 +129,7 @@ class FileCheckpointer(Checkpointer):
         self._closed = False
         # the last list written per (thread, namespace, channel): what a delta builds on
         self._recent = RecentPayloads()
+        self._values = ValuePlanner(self._recent, compress)
         self._claims = LockFileClaims(root / CLAIMS_DIR)
 
     @classmethod
@@ -264,48 +247,33 @@ class FileCheckpointer(Checkpointer):
         self._open_store()
         return self._claims.claim(check_id(thread_id, "thread_id"))
 
-    # -- writing -----------------------------------------------------------------------
+    # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store ``checkpoint`` as a child of the checkpoint ``config`` names, writing the
-        values of the channels in ``new_versions`` only. Atomic: the checkpoint exists
-        once its line (holding its small values) is appended and flushed, after the
-        files of its large values are durable."""
-        thread_id, ns, parent_id = location(config)
-        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
-        stripped: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
-        plans = plan_values(
-            self.serde, (thread_id, ns), new_versions, values, self._recent, self.compress
+    def _commit_put(self, prepared: PreparedPut) -> None:
+        """Store a prepared checkpoint with the values of its new versions: they are
+        serialised before the thread's lock is taken; the checkpoint exists once its line
+        (holding its small values) is appended and flushed, after the files of its large
+        values are durable."""
+        thread_id, ns, checkpoint_id = (
+            prepared.thread_id,
+            prepared.checkpoint_ns,
+            prepared.checkpoint_id,
         )
-        stored_metadata = merged_metadata(config, metadata)
-        dump_metadata(stored_metadata)  # SerializationError unless it is JSON
-        versions = {
-            check_id(ch, "channel name", allow_empty=True): version
-            for ch, version in checkpoint["channel_versions"].items()
-        }
-        check_versions(versions, {ch: version for ch, (version, _) in plans.items()})
-        type_, codec, body = encode(self.serde, stripped, compress=self.compress)
-        run_id = stored_metadata.get("run_id")
+        plans = plan_values(self.serde, self._values, prepared)
+        type_, codec, body = prepared.checkpoint
         store = self._open_store()
         n = store.namespace(thread_id, ns)
         with store.checkpoints_lock(thread_id):
             store.ensure(n)
             with reporting(n, checkpoint_id), store.index(n, writable=True) as view:
-                placed = place_values(n, view, checkpoint_id, parent_id, versions, plans)
+                placed = place_values(n, view, prepared, plans)
                 entry = make_entry(
                     {
                         "checkpoint_id": checkpoint_id,
-                        "parent_checkpoint_id": parent_id,
-                        "run_id": run_id if isinstance(run_id, str) else None,
-                        "metadata": stored_metadata,
-                        "channel_versions": versions,
+                        "parent_checkpoint_id": prepared.parent_id,
+                        "run_id": prepared.run_id,
+                        "metadata": prepared.metadata,
+                        "channel_versions": prepared.channel_versions,
                         "values": placed.values,  # channel -> the line holding its value
                         "stored": placed.stored,  # the values this checkpoint created
                         "type": type_,
@@ -316,80 +284,50 @@ class FileCheckpointer(Checkpointer):
                 store.commit(n, view, entry)
         for channel, remembered in placed.remember.items():  # only now: it is committed
             self._recent.put((thread_id, ns, channel), remembered)
-        return checkpoint_config(thread_id, ns, checkpoint_id)
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
-        a regular write already stored for (task, index) is kept; the special channels
-        (``__error__``, ``__interrupt__``, ...) are replaced by the newest write. Atomic:
-        one appended, flushed line stores the whole call. A damaged writes line of this
-        checkpoint raises CorruptCheckpointError and nothing is added. Runs under the
-        thread's writes lock, not the lock ``put`` holds."""
-        thread_id, ns, checkpoint_id = location(config)
-        if checkpoint_id is None:
-            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
-        task_id = check_id(task_id, "task_id", allow_empty=True)
-        task_path = check_id(task_path, "task_path", allow_empty=True)
+    def _commit_writes(self, prepared: PreparedWrites) -> None:
+        """Store prepared writes as one appended, flushed line (nothing when every one is
+        already stored). A damaged writes line of this checkpoint raises
+        CorruptCheckpointError and nothing is added. Runs under the thread's writes lock,
+        not the lock ``put`` holds."""
+        task_id, task_path, checkpoint_id = (
+            prepared.task_id,
+            prepared.task_path,
+            prepared.checkpoint_id,
+        )
         rows = [
-            (
-                task_id,
-                WRITES_IDX_MAP.get(channel, idx),
-                check_id(channel, "channel name", allow_empty=True),
-                task_path,
-                *encode(self.serde, value, compress=self.compress),
-            )
-            for idx, (channel, value) in enumerate(writes)
+            (task_id, w.idx, w.channel, task_path, w.type, w.codec, w.data) for w in prepared.writes
         ]
         store = self._open_store()
-        n = store.namespace(thread_id, ns)
+        n = store.namespace(prepared.thread_id, prepared.checkpoint_ns)
         while True:
             if not n.index.exists():  # the folders are created under the checkpoints lock
-                with store.checkpoints_lock(thread_id):
+                with store.checkpoints_lock(n.thread_id):
                     store.ensure(n)
-            with store.writes_lock(thread_id):
+            with store.writes_lock(n.thread_id):
                 if n.index.exists():  # else the thread was deleted meanwhile: create it again
                     with reporting(n, checkpoint_id):
                         n.merge_writes(checkpoint_id, rows)
                     return
 
-    # -- thread maintenance ------------------------------------------------------------
-
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces):
-        one rename makes the whole thread disappear at once."""
-        thread_id = check_id(thread_id, "thread_id")
+    def _delete_threads(self, thread_ids: Sequence[str]) -> None:
+        """One rename per thread makes the whole thread disappear at once."""
         store = self._open_store()
-        with store.lock(thread_id):
-            store.remove_thread(thread_id)
+        for thread_id in thread_ids:
+            with store.lock(thread_id):
+                store.remove_thread(thread_id)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) created by any of ``run_ids``, in every
-        thread and namespace; values no remaining checkpoint uses are deleted too."""
-        ids = {check_id(run_id, "run_id") for run_id in run_ids}
-        if not ids:
-            return
+    def _delete_runs(self, run_ids: Sequence[str]) -> None:
+        ids = set(run_ids)
         store = self._open_store()
         for thread_id in store.thread_ids():
             with store.lock(thread_id):
                 for n in store.namespaces(thread_id):
                     drop_runs(store, n, ids)
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint (all namespaces), value and write of the source thread
-        to the target thread, keeping checkpoint ids; published with one rename.
-
-        Raises:
-            ThreadExistsError: the target thread already has checkpoints (nothing is
-                changed; delete it first or pick another id).
-        """
-        source = check_id(source_thread_id, "source thread_id")
-        target = check_id(target_thread_id, "target thread_id")
+    def _copy_thread(self, source: str, target: str) -> None:
+        """Copy the source's folders (its immutable value files shared), published with
+        one rename; ThreadExistsError (nothing changed) if the target has checkpoints."""
         store = self._open_store()
         with store.lock(source, target):
             if store.has_checkpoints(target):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 import redis
@@ -31,6 +31,9 @@ from redis.retry import Retry
 
 from statekeeper.errors import ConfigurationError, StorageError
 from statekeeper.urls import StorageURL, parse_url, redact
+
+if TYPE_CHECKING:  # the options module imports this one (through the claims)
+    from statekeeper.backends.redis.options import RedisOptions
 
 __all__ = [
     "DRIVER_ERRORS",
@@ -194,20 +197,26 @@ class RedisTarget:
         )
 
     @classmethod
-    def for_component(cls, url: str, prefix: str, opener: str, **options: Any) -> RedisTarget:
-        """The target of a component built from ``url`` and keyword ``options``, with its
-        key ``prefix`` checked. Query options are refused: ``opener`` (e.g.
-        ``"open_store()"``) is what reads them.
+    def for_component(cls, url: str, options: RedisOptions, opener: str) -> RedisTarget:
+        """The target of a component built from ``url`` and ``options``, with its key
+        prefix checked. Query options are refused: ``opener`` (e.g. ``"open_store()"``)
+        is what reads them.
 
         Raises:
             ConfigurationError: as :meth:`from_url`, or the URL has query options, or
-                :func:`check_prefix` refuses ``prefix``.
+                :func:`check_prefix` refuses the prefix.
         """
         parsed = parse_url(url, list(SCHEMES))
         if parsed.options:
             raise ConfigurationError(f"pass options as keywords, or open the URL with {opener}")
-        check_prefix(prefix)
-        return cls.from_url(parsed, **options)
+        check_prefix(options.prefix)
+        return cls.from_url(
+            parsed,
+            retries=options.retries,
+            socket_timeout=options.socket_timeout,
+            ssl_ca_certs=options.ssl_ca_certs,
+            ssl_cert_reqs=options.ssl_cert_reqs,
+        )
 
     def _common(self) -> dict[str, Any]:
         options: dict[str, Any] = {

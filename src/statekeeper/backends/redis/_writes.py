@@ -15,18 +15,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-)
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.deltas import PlannedValue, plan_value
+from statekeeper._storage.deltas import PlannedValue, ValuePlanner
 from statekeeper._storage.lineage import delta_channels, keep_latest_ids, walk_chains
-from statekeeper._storage.payload import check_id, encode
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered, split_ordered, untag
 from statekeeper.backends.redis._client import tag as tag_of
@@ -37,17 +29,10 @@ from statekeeper.backends.redis._layout import (
     encode_write,
     first,
     swap,
-    version_text,
 )
 from statekeeper.backends.redis._reads import PAGE, SCAN, Reads, _holds
-from statekeeper.checkpointers.semantics import (
-    check_prune_strategy,
-    checkpoint_config,
-    dump_metadata,
-    location,
-    merged_metadata,
-)
-from statekeeper.errors import ConfigurationError, StorageError, ThreadExistsError
+from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
+from statekeeper.errors import StorageError, ThreadExistsError
 
 __all__ = ["Plans"]
 
@@ -65,6 +50,8 @@ class Plans(Reads):
         self, prefix: str, ttl_ms: int, refresh_on_read: bool, compress: bool, cluster: bool
     ) -> None:
         super().__init__(prefix, ttl_ms, refresh_on_read, compress, cluster)
+        # plans the values of a put against this process' last writes (also read's cache)
+        self.values = ValuePlanner(self.written.recent, compress)
 
     def _write(self, script: Any, thread_id: str, ttl: int, *args: Any) -> Op[Any]:
         """Run a write script that registers the thread: in the script on a standalone
@@ -76,37 +63,21 @@ class Plans(Reads):
         _, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
         return reply
 
-    def put(
-        self,
-        serde: SerializerProtocol,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> Op[RunnableConfig]:
-        thread_id, ns, parent_id = location(config)
-        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
-        stripped: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
-        cp_type, cp_codec, cp_data = encode(serde, stripped, compress=self.compress)
+    def put(self, serde: SerializerProtocol, prepared: PreparedPut) -> Op[None]:
+        """Store a prepared checkpoint and its new values with one ``PUT`` script; the
+        values are serialised (and append deltas planned) before it is sent."""
+        thread_id, ns = prepared.thread_id, prepared.checkpoint_ns
         ens = ordered(ns)
         value_field = self.value_field
-        load = [value_field(ns, ens, ch, v) for ch, v in checkpoint["channel_versions"].items()]
+        load = [value_field(ns, ens, ch, v) for ch, v in prepared.channel_versions.items()]
         blobs: list[bytes] = []  # per value: field, value, base field, base crc, crc
         planned: dict[int, tuple[tuple[str, str, str], PlannedValue]] = {}
-        for channel, version in new_versions.items():
+        plan_value, values = self.values.plan, prepared.values
+        for channel, version, version_key in prepared.new_versions:
             value_args = [value_field(ns, ens, channel, version), b"", b"", b"", b""]  # no value
             if channel in values:
                 key = (thread_id, ns, channel)
-                plan = plan_value(
-                    serde,
-                    key,
-                    channel,
-                    version_text(version),
-                    values[channel],
-                    recent=self.written.recent,
-                    compress=self.compress,
-                )
+                plan = plan_value(serde, key, channel, version_key, values[channel])
                 value_args[1] = encode_value(ens, plan.stored)
                 if plan.stored.base is not None:
                     value_args[2] = ens + ordered(channel) + ordered(plan.stored.base)
@@ -117,13 +88,19 @@ class Plans(Reads):
             blobs += value_args
         known = set(load)
         extra = list(dict.fromkeys(f for f in blobs[::5] if f not in known))
-        stored = merged_metadata(config, metadata)
-        run_id = stored.get("run_id")
-        run = ordered(check_id(run_id, "run_id")) if isinstance(run_id, str) and run_id else b""
+        run = ordered(prepared.run_id) if prepared.run_id is not None else b""
+        cp_type, cp_codec, cp_data = prepared.checkpoint
         record = Record.pack(
-            run, load, extra, parent_id, cp_type, cp_codec, dump_metadata(stored), cp_data
+            run,
+            load,
+            extra,
+            prepared.parent_id,
+            cp_type,
+            cp_codec,
+            prepared.metadata_json,
+            cp_data,
         )
-        ref = ens + ordered(checkpoint_id)
+        ref = ens + ordered(prepared.checkpoint_id)
         head = (ref, record, run + ref if run else b"")
         stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
         if stale != 1:  # a delta's base changed since this process wrote it: send it whole
@@ -135,47 +112,38 @@ class Plans(Reads):
         for index, (key, plan) in planned.items():  # for the next version's delta
             fell_back = stale != 1 and index + 1 in stale
             self.written.remember(key, plan.remember_fallback if fell_back else plan.remember)
-        return checkpoint_config(thread_id, ns, checkpoint_id)
 
-    def put_writes(
-        self,
-        serde: SerializerProtocol,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str,
-    ) -> Op[None]:
-        thread_id, ns, checkpoint_id = location(config)
-        if checkpoint_id is None:
-            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
-        task = ordered(check_id(task_id, "task_id", allow_empty=True))
-        path = check_id(task_path, "task_path", allow_empty=True)
-        ref = ordered(ns) + ordered(checkpoint_id)
-        args: list[Any] = []
-        for idx, (channel, value) in enumerate(writes):
-            index = WRITES_IDX_MAP.get(channel, idx)
-            channel = check_id(channel, "channel name", allow_empty=True)
-            type_, codec, data = encode(serde, value, compress=self.compress)
-            stored = encode_write(channel, path, type_, codec, data)
-            args += [ref + task + b"%d" % index, stored, b"1" if index < 0 else b"0"]
-        if not args:
+    def put_writes(self, prepared: PreparedWrites) -> Op[None]:
+        """Store prepared writes with one ``PUT_WRITES`` script (none when there are no
+        writes); the script keeps a regular write already stored and replaces a special
+        one."""
+        if not prepared.writes:
             return
+        task, path = ordered(prepared.task_id), prepared.task_path
+        ref = ordered(prepared.checkpoint_ns) + ordered(prepared.checkpoint_id) + task
+        args: list[Any] = []
+        for w in prepared.writes:
+            stored = encode_write(w.channel, path, w.type, w.codec, w.data)
+            args += [ref + b"%d" % w.idx, stored, b"1" if w.replaces else b"0"]
+        thread_id = prepared.thread_id
         if self.cluster and not self.ttl_ms:  # only a thread's expiry needs the registry
             yield Eval(lua.PUT_WRITES, self.keys(thread_id), (0, "", "", *args))
         else:
             yield from self._write(lua.PUT_WRITES, thread_id, self.ttl_ms, *args)
 
-    # -- thread maintenance ------------------------------------------------------------
+    # -- thread maintenance (ids checked by Checkpointer) --------------------------------
 
-    def delete_thread(self, thread_id: str) -> Op[None]:
-        thread_id = check_id(thread_id, "thread_id")
-        delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
-        yield Batch((delete, Cmd(("ZREM", self.registry, tag_of(thread_id)))))
+    def delete_threads(self, thread_ids: Sequence[str]) -> Op[None]:
+        """Unlink every key of each thread and unregister it: one pipelined batch per
+        thread, whatever its size."""
+        for thread_id in thread_ids:
+            delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
+            yield Batch((delete, Cmd(("ZREM", self.registry, tag_of(thread_id)))))
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> Op[None]:
-        runs = [ordered(check_id(run_id, "run_id")) for run_id in run_ids]
-        if not runs:
-            return
+    def delete_runs(self, run_ids: Sequence[str]) -> Op[None]:
+        """Probe every registered thread for these runs, and delete a batch of their
+        checkpoints per script call where they are."""
+        runs = [ordered(run_id) for run_id in run_ids]
         tags = yield from self.registered()
         for start in range(0, len(tags), SCAN):
             keys = [self.keys(untag(t)) for t in tags[start : start + SCAN]]
@@ -191,9 +159,10 @@ class Plans(Reads):
                     while (yield Eval(lua.DELETE_RUNS, thread_keys, (SCAN, *runs))) >= SCAN:
                         pass
 
-    def copy_thread(self, source_id: str, target_id: str) -> Op[None]:
-        source = check_id(source_id, "source thread_id")
-        target = check_id(target_id, "target thread_id")
+    def copy_thread(self, source: str, target: str) -> Op[None]:
+        """Copy the source into staging keys page by page, then rename them onto the
+        target at once, if the source's change stamp shows nothing changed it meanwhile
+        (else start again, up to COPY_ATTEMPTS times)."""
         skeys, tkeys = self.keys(source), self.keys(target)
         taken, present = yield Batch((Cmd(("EXISTS", tkeys[0])), Cmd(("EXISTS", *skeys))))
         if taken:
@@ -257,14 +226,10 @@ class Plans(Reads):
             if not more:
                 return
 
-    def prune(self, thread_ids: Sequence[str], strategy: str) -> Op[None]:
-        check_prune_strategy(strategy)
-        ids = [check_id(thread_id, "thread_id") for thread_id in thread_ids]
-        for thread_id in ids:
-            if strategy == "delete":
-                yield from self.delete_thread(thread_id)
-            else:
-                yield from self._keep_latest(thread_id)
+    def keep_latest(self, thread_ids: Sequence[str]) -> Op[None]:
+        """``prune(strategy="keep_latest")`` of each thread, in bounded batches."""
+        for thread_id in thread_ids:
+            yield from self._keep_latest(thread_id)
 
     def _keep_latest(self, thread_id: str) -> Op[None]:
         """Delete every checkpoint of the thread older than its namespace's newest that the

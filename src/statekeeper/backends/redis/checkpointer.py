@@ -19,21 +19,17 @@ from types import TracebackType
 from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    DeltaChannelHistory,
-)
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.payload import safe_serde
-from statekeeper.backends.redis._claims import CLAIM_TTL, Claims
+from statekeeper.backends.redis._claims import Claims
 from statekeeper.backends.redis._client import RedisTarget
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Op
 from statekeeper.backends.redis._writes import Plans
+from statekeeper.backends.redis.options import RedisCheckpointerOptions, RedisOptions
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.errors import ConfigurationError, SchemaVersionError
 from statekeeper.urls import StorageURL, parse_options
 
@@ -61,26 +57,28 @@ class RedisCheckpointer(Checkpointer):
     Args:
         url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
             ``redis+cluster://host:port`` or ``rediss+cluster://host:port`` (any node of
-            a Cluster); query options (``?prefix=app&ttl=3600``) set the options below.
-        prefix: every key starts with ``<prefix>:``; savers with different prefixes never
-            see or touch each other's keys. Letters, digits and ``_ . : / @ + = -``.
-        ttl: seconds until a thread's keys expire, all together; every write to the
-            thread starts the count again. ``None`` (default): never.
-        refresh_on_read: ``get_tuple`` and ``list`` of a thread start the count again too
-            (needs ``ttl``).
+            a Cluster). Open a URL with query options (``?prefix=app&ttl=3600``) with
+            ``open_checkpointer``.
+        options: how to reach the server and name the keys, and how long they live
+            (:class:`~statekeeper.backends.redis.options.RedisCheckpointerOptions`:
+            ``prefix``, ``ttl``, ``refresh_on_read``, ``claim_ttl``, ``retries``,
+            ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). A plain
+            :class:`~statekeeper.backends.redis.options.RedisOptions`, such as one shared
+            with a ``RedisStore``, keeps the default lifetimes (keys never expire).
         serde: the serializer for every payload (default :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
-        retries: how often a command is retried, with exponential backoff (0.1 s up to
-            1 s between attempts), after a dropped connection or a timeout.
-        socket_timeout: seconds to wait for a connection or a reply.
-        ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs.
-        claim_ttl: seconds a ``claim_thread`` claim outlives its holder (it is renewed
-            every third of that while held, so only a dead or cut-off holder loses it).
 
-    Guarantees: each ``put`` and ``put_writes`` is one Lua script, so a reader never sees
-    a checkpoint without its values and writes, and a put interrupted at any point is
-    either entirely stored or not at all (a retried script is idempotent). ``copy_thread``
-    becomes visible all at once and is a snapshot of the source. Payloads go through
+    Guarantees: every write is checked in full before anything is sent
+    (:class:`Checkpointer`); each ``put`` and ``put_writes`` is then one Lua script, so a
+    reader never sees a checkpoint without its values and writes, and a put interrupted
+    at any point is either entirely stored or not at all (a retried script is
+    idempotent). ``delete_thread`` unlinks the thread's keys at once, whatever its size
+    (Redis frees them in the background); ``delete_for_runs`` visits every registered
+    thread (O(threads + deleted)); ``prune`` works in bounded batches, and checkpoints put
+    while it runs are newer, so they are kept. ``copy_thread`` becomes visible all at once
+    and is a snapshot of the source: if the source changes while it is read (its change
+    stamp moved, see docs/redis.md), the staged copy is discarded and the copy starts
+    again, up to 5 times, then raises StorageError, nothing copied. Payloads go through
     ``serde`` only (never pickled); ids are encoded into keys, so no id can reach another
     thread's keys or outside the prefix.
     Driver errors are raised as :class:`~statekeeper.errors.StorageError` naming the URL
@@ -95,30 +93,18 @@ class RedisCheckpointer(Checkpointer):
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
+        options: RedisOptions | None = None,
         *,
-        prefix: str = "statekeeper",
-        ttl: float | None = None,
-        refresh_on_read: bool = False,
         serde: SerializerProtocol | None = None,
         compress: bool = True,
-        retries: int = 5,
-        socket_timeout: float = 10.0,
-        ssl_ca_certs: str | None = None,
-        ssl_cert_reqs: str = "required",
-        claim_ttl: float = CLAIM_TTL,
     ) -> None:
-        self.target = RedisTarget.for_component(
-            url,
-            prefix,
-            "open_checkpointer()",
-            retries=retries,
-            socket_timeout=socket_timeout,
-            ssl_ca_certs=ssl_ca_certs,
-            ssl_cert_reqs=ssl_cert_reqs,
-        )
+        if not isinstance(options, RedisCheckpointerOptions):
+            options = RedisCheckpointerOptions.extending(options)
+        self.target = RedisTarget.for_component(url, options, "open_checkpointer()")
+        ttl, claim_ttl = options.ttl, options.claim_ttl
         if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
             raise ConfigurationError(f"option ttl must be a number of seconds > 0, got {ttl!r}")
-        if refresh_on_read and ttl is None:
+        if options.refresh_on_read and ttl is None:
             raise ConfigurationError("option refresh_on_read needs a ttl")
         if isinstance(claim_ttl, bool) or not (
             isinstance(claim_ttl, int | float) and claim_ttl > 0
@@ -127,10 +113,14 @@ class RedisCheckpointer(Checkpointer):
                 f"option claim_ttl must be a number of seconds > 0, got {claim_ttl!r}"
             )
         super().__init__(serde=serde or safe_serde())
-        self.prefix = prefix
+        self.options = options
+        self.prefix = options.prefix
         self.ttl = ttl
+        self.compress = compress
         ttl_ms = round(ttl * 1000) if ttl else 0
-        self._plans = Plans(prefix, ttl_ms, refresh_on_read, compress, self.target.cluster)
+        self._plans = Plans(
+            self.prefix, ttl_ms, options.refresh_on_read, compress, self.target.cluster
+        )
         self._conn = Connection(self.target)
         self._claims = Claims(self._conn, self._plans, claim_ttl)
         try:
@@ -144,8 +134,8 @@ class RedisCheckpointer(Checkpointer):
         """Build from a parsed URL: its query options (text) and keyword ``options``;
         keywords win."""
         merged = parse_options("Redis", _OPTIONS, url.options, options)
-        base = url.raw.split("?", 1)[0]
-        return cls(base, **merged)
+        redis_options, rest = RedisCheckpointerOptions.split(merged)
+        return cls(url.raw.split("?", 1)[0], redis_options, **rest)
 
     def _check_layout(self) -> Op[None]:
         key = f"{self.prefix}:layout"
@@ -225,58 +215,25 @@ class RedisCheckpointer(Checkpointer):
         """
         return self._claims.claim(thread_id)
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store ``checkpoint`` as a child of the checkpoint ``config`` names, writing the
-        values of the channels in ``new_versions`` only. Atomic: all or nothing."""
-        plan = self._plans.put(self.serde, config, checkpoint, metadata, new_versions)
-        return self._conn.run(plan)
+    # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's pending writes, atomically. A regular write already stored for
-        (task, index) is kept; special channels (``__error__``...) are replaced."""
-        self._conn.run(self._plans.put_writes(self.serde, config, writes, task_id, task_path))
+    def _commit_put(self, prepared: PreparedPut) -> None:
+        self._conn.run(self._plans.put(self.serde, prepared))
 
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, value and write of ``thread_id`` at once, whatever its
-        size (the thread's keys are unlinked; Redis frees them in the background)."""
-        self._conn.run(self._plans.delete_thread(thread_id))
+    def _commit_writes(self, prepared: PreparedWrites) -> None:
+        self._conn.run(self._plans.put_writes(prepared))
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and writes) of these runs in every thread, and values no
-        remaining checkpoint uses. Visits every registered thread: O(threads + deleted)."""
-        self._conn.run(self._plans.delete_for_runs(run_ids))
+    def _delete_threads(self, thread_ids: Sequence[str]) -> None:
+        self._conn.run(self._plans.delete_threads(thread_ids))
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every key of the source thread to the target, page by page into staging
-        keys that appear under the target's names all at once. The copy is a snapshot:
-        if the source changes while it is read (a put, prune or delete_for_runs: its
-        change stamp moved, see docs/redis.md), the staged copy is discarded and the copy
-        starts again, up to 5 times.
+    def _delete_runs(self, run_ids: Sequence[str]) -> None:
+        self._conn.run(self._plans.delete_runs(run_ids))
 
-        Raises:
-            ThreadExistsError: the target thread already has checkpoints (nothing changes).
-            StorageError: the source kept changing during every attempt (nothing copied).
-        """
-        self._conn.run(self._plans.copy_thread(source_thread_id, target_thread_id))
+    def _copy_thread(self, source: str, target: str) -> None:
+        self._conn.run(self._plans.copy_thread(source, target))
 
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        """``"keep_latest"``: keep the newest checkpoint of each namespace (with its writes,
-        the values it uses, and the ancestors LangGraph's ``DeltaChannel`` rebuilds from);
-        checkpoints put while pruning are newer and kept. ``"delete"``: delete the threads.
-        Works in bounded batches, whatever the thread's size."""
-        self._conn.run(self._plans.prune(thread_ids, strategy))
+    def _keep_latest(self, ids: Sequence[str]) -> None:
+        self._conn.run(self._plans.keep_latest(ids))
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -302,37 +259,25 @@ class RedisCheckpointer(Checkpointer):
         async for item in self._conn.aiterate(plan):
             yield item
 
-    async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        plan = self._plans.put(self.serde, config, checkpoint, metadata, new_versions)
-        return await self._conn.arun(plan)
+    # The same operations on the asyncio client (the checks ran in Checkpointer's a*).
 
-    async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        plan = self._plans.put_writes(self.serde, config, writes, task_id, task_path)
-        await self._conn.arun(plan)
+    async def _acommit_put(self, prepared: PreparedPut) -> None:
+        await self._conn.arun(self._plans.put(self.serde, prepared))
 
-    async def adelete_thread(self, thread_id: str) -> None:
-        await self._conn.arun(self._plans.delete_thread(thread_id))
+    async def _acommit_writes(self, prepared: PreparedWrites) -> None:
+        await self._conn.arun(self._plans.put_writes(prepared))
 
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self._conn.arun(self._plans.delete_for_runs(run_ids))
+    async def _adelete_threads(self, thread_ids: Sequence[str]) -> None:
+        await self._conn.arun(self._plans.delete_threads(thread_ids))
 
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await self._conn.arun(self._plans.copy_thread(source_thread_id, target_thread_id))
+    async def _adelete_runs(self, run_ids: Sequence[str]) -> None:
+        await self._conn.arun(self._plans.delete_runs(run_ids))
 
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await self._conn.arun(self._plans.prune(thread_ids, strategy))
+    async def _acopy_thread(self, source: str, target: str) -> None:
+        await self._conn.arun(self._plans.copy_thread(source, target))
+
+    async def _akeep_latest(self, ids: Sequence[str]) -> None:
+        await self._conn.arun(self._plans.keep_latest(ids))
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]

@@ -18,6 +18,7 @@ from langgraph.store.base import IndexConfig, TTLConfig
 from statekeeper.backends.redis import _store_lua as lua
 from statekeeper.backends.redis._client import RedisTarget
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
+from statekeeper.backends.redis.options import RedisOptions
 from statekeeper.errors import SchemaVersionError, StorageError
 from statekeeper.memory.store.base import Write
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
@@ -46,14 +47,12 @@ class RedisStore(ItemStore):
     Args:
         url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
             ``redis+cluster://host:port`` or ``rediss+cluster://host:port``.
-        prefix: every key starts with ``<prefix>:store:``; stores with different prefixes
-            never see each other's items, and a checkpointer may share the prefix.
-            Letters, digits and ``_ . : / @ + = -``.
+        options: how to reach the server and name the keys
+            (:class:`~statekeeper.backends.redis.options.RedisOptions`: ``prefix``,
+            ``retries``, ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). Every
+            key starts with ``<prefix>:store:``; stores with different prefixes never see
+            each other's items, and a checkpointer may share the prefix (and the options).
         index, ttl, semantic_weight: as for :class:`~statekeeper.memory.store.SqliteStore`.
-        retries: how often a command is retried, with exponential backoff, after a
-            dropped connection or a timeout.
-        socket_timeout: seconds to wait for a connection or a reply.
-        ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs.
 
     Guarantees: each put and delete is one Lua script (atomic, also in a Cluster); a
     reader sees an item whole or not at all. Namespaces and keys are encoded into key
@@ -67,28 +66,17 @@ class RedisStore(ItemStore):
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
+        options: RedisOptions | None = None,
         *,
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         semantic_weight: float = 0.5,
-        prefix: str = "statekeeper",
-        retries: int = 5,
-        socket_timeout: float = 10.0,
-        ssl_ca_certs: str | None = None,
-        ssl_cert_reqs: str = "required",
     ) -> None:
         super().__init__(index=index, ttl=ttl, semantic_weight=semantic_weight)
-        self.target = RedisTarget.for_component(
-            url,
-            prefix,
-            "open_store()",
-            retries=retries,
-            socket_timeout=socket_timeout,
-            ssl_ca_certs=ssl_ca_certs,
-            ssl_cert_reqs=ssl_cert_reqs,
-        )
-        self.prefix = prefix
-        self._keys = lua.Keys(prefix)
+        options = options or RedisOptions()
+        self.target = RedisTarget.for_component(url, options, "open_store()")
+        self.prefix = options.prefix
+        self._keys = lua.Keys(self.prefix)
         self._cluster = self.target.cluster
         self._conn = Connection(self.target)
         try:
@@ -102,7 +90,8 @@ class RedisStore(ItemStore):
         """Build from a parsed URL: its query options (text) and keyword ``options``
         (``index`` among them); keywords win."""
         merged = parse_options("Redis memory store", _OPTIONS, url.options, options)
-        return cls(url.raw.split("?", 1)[0], **merged)
+        connection, rest = RedisOptions.split(merged)
+        return cls(url.raw.split("?", 1)[0], connection, **rest)
 
     def close(self) -> None:
         """Disconnect. Idempotent; later calls raise StorageError."""

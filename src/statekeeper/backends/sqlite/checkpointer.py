@@ -22,10 +22,7 @@ from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    ChannelVersions,
     Checkpoint,
-    CheckpointMetadata,
     CheckpointTuple,
     DeltaChannelHistory,
     PendingWrite,
@@ -34,16 +31,9 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims, ProcessClaims
-from statekeeper._storage.deltas import RecentPayloads, plan_new_value
+from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.lineage import assemble_history
-from statekeeper._storage.payload import (
-    EMPTY,
-    check_id,
-    decode,
-    encode,
-    loads,
-    safe_serde,
-)
+from statekeeper._storage.payload import EMPTY, check_id, decode, loads, safe_serde
 from statekeeper.backends.sqlite import database_path
 from statekeeper.backends.sqlite._database import MEMORY, Database
 from statekeeper.backends.sqlite._queries import (
@@ -65,14 +55,8 @@ from statekeeper.backends.sqlite._queries import (
 )
 from statekeeper.backends.sqlite._values import read_value, write_value
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
-from statekeeper.checkpointers.semantics import (
-    checkpoint_config,
-    dump_metadata,
-    location,
-    matches,
-    merged_metadata,
-    version_key,
-)
+from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
+from statekeeper.checkpointers.semantics import checkpoint_config, location, matches
 from statekeeper.errors import ConfigurationError, ThreadExistsError
 from statekeeper.urls import StorageURL, parse_options
 
@@ -96,8 +80,9 @@ class SqliteCheckpointer(Checkpointer):
         compress: zlib-compress payloads of 1 KiB or more when that saves space (lists
             that grow by appending are stored as append deltas instead).
 
-    Guarantees: each ``put`` and ``put_writes`` is atomic; a failed call stores nothing;
-    payloads are never pickled; every SQL statement is parameterised; ids of any unicode
+    Guarantees: each ``put`` and ``put_writes`` is checked in full before anything is
+    written (:class:`Checkpointer`), then stored in one transaction; a failed call stores
+    nothing; payloads are never pickled; every SQL statement is parameterised; ids of any unicode
     text are stored exactly. Errors are :class:`~statekeeper.errors.StatekeeperError`\\ s.
     """
 
@@ -114,6 +99,7 @@ class SqliteCheckpointer(Checkpointer):
         # The last list payload written per (thread, ns, channel): the base of the next
         # append delta, and the bytes of the newest version without reading them back.
         self._recent = RecentPayloads()
+        self._values = ValuePlanner(self._recent, compress)
         self._db = Database(
             path, component="checkpoints", migrations=MIGRATIONS, busy_timeout=busy_timeout
         )
@@ -275,44 +261,26 @@ class SqliteCheckpointer(Checkpointer):
     def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
         return self._claims.claim(check_id(thread_id, "thread_id"))
 
-    # -- writing -----------------------------------------------------------------------
+    # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
-    def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-        new_versions: ChannelVersions,
-    ) -> RunnableConfig:
-        """Store ``checkpoint`` as a child of the checkpoint ``config`` names, writing the
-        values of the channels in ``new_versions`` only. Atomic: all or nothing."""
-        thread_id, ns, parent_id = location(config)
-        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
-        stripped: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
+    def _commit_put(self, prepared: PreparedPut) -> None:
+        """Store a prepared checkpoint and its new values in one transaction. The values
+        are serialised (and append deltas planned) before it begins."""
+        thread_id, ns = prepared.thread_id, prepared.checkpoint_ns
+        plan_new, serde, values = self._values.plan_new, self.serde, prepared.values
         plans = [
-            plan_new_value(
-                self.serde,
-                (thread_id, ns, channel),
-                check_id(channel, "channel name", allow_empty=True),
-                version_key(version),
-                values,
-                recent=self._recent,
-                compress=self.compress,
-            )
-            for channel, version in new_versions.items()
+            plan_new(serde, (thread_id, ns, channel), channel, key, values)
+            for channel, _, key in prepared.new_versions
         ]
-        stored_metadata = merged_metadata(config, metadata)
-        run_id = stored_metadata.get("run_id")
         checkpoint_row = (
             thread_id,
             ns,
-            checkpoint_id,
-            parent_id,
-            run_id if isinstance(run_id, str) else None,
-            *encode(self.serde, stripped, compress=self.compress),
-            dump_metadata(stored_metadata),
-            json.dumps({ch: version_key(v) for ch, v in checkpoint["channel_versions"].items()}),
+            prepared.checkpoint_id,
+            prepared.parent_id,
+            prepared.run_id,
+            *prepared.checkpoint,
+            prepared.metadata_json,
+            json.dumps(prepared.version_keys),
         )
         with self._db.transaction(write=True) as conn:
             chosen = [write_value(conn, thread_id, ns, plan, self._recent) for plan in plans]
@@ -324,73 +292,40 @@ class SqliteCheckpointer(Checkpointer):
             remember = plan.remember_fallback if used_fallback else plan.remember
             if remember is not None:
                 self._recent.put((thread_id, ns, plan.stored.channel), remember)
-        return checkpoint_config(thread_id, ns, checkpoint_id)
 
-    def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
-        task_path: str = "",
-    ) -> None:
-        """Store a task's pending writes for the checkpoint ``config`` names. Idempotent:
-        a regular write already stored for (task, index) is kept; the special channels
-        (``__error__``, ``__interrupt__``, ...) are replaced by the newest write."""
-        thread_id, ns, checkpoint_id = location(config)
-        if checkpoint_id is None:
-            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
-        task_id = check_id(task_id, "task_id", allow_empty=True)
-        task_path = check_id(task_path, "task_path", allow_empty=True)
-        rows = [
-            (
-                thread_id,
-                ns,
-                checkpoint_id,
-                task_id,
-                WRITES_IDX_MAP.get(channel, idx),
-                check_id(channel, "channel name", allow_empty=True),
-                task_path,
-                *encode(self.serde, value, compress=self.compress),
-            )
-            for idx, (channel, value) in enumerate(writes)
-        ]
+    def _commit_writes(self, prepared: PreparedWrites) -> None:
+        """Store prepared writes in one transaction: ``INSERT OR IGNORE`` keeps a regular
+        write already stored, ``INSERT OR REPLACE`` replaces a special one."""
+        head = (prepared.thread_id, prepared.checkpoint_ns, prepared.checkpoint_id)
+        task_id, task_path = prepared.task_id, prepared.task_path
+        keep: list[tuple[Any, ...]] = []
+        replace: list[tuple[Any, ...]] = []
+        for w in prepared.writes:
+            row = (*head, task_id, w.idx, w.channel, task_path, w.type, w.codec, w.data)
+            (replace if w.replaces else keep).append(row)
         with self._db.transaction(write=True) as conn:
-            conn.executemany(f"INSERT OR IGNORE {INSERT_WRITE}", [r for r in rows if r[4] >= 0])
-            conn.executemany(f"INSERT OR REPLACE {INSERT_WRITE}", [r for r in rows if r[4] < 0])
+            conn.executemany(f"INSERT OR IGNORE {INSERT_WRITE}", keep)
+            conn.executemany(f"INSERT OR REPLACE {INSERT_WRITE}", replace)
 
-    # -- thread maintenance ------------------------------------------------------------
+    def _delete_threads(self, thread_ids: Sequence[str]) -> None:
+        """One transaction per thread, so a long list never holds the write lock long."""
+        for thread_id in thread_ids:
+            with self._db.transaction(write=True) as conn:
+                for table in ("checkpoints", "blobs", "writes"):
+                    conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))  # noqa: S608
 
-    def delete_thread(self, thread_id: str) -> None:
-        """Delete every checkpoint, value and write of ``thread_id`` (all namespaces)."""
-        thread_id = check_id(thread_id, "thread_id")
-        with self._db.transaction(write=True) as conn:
-            for table in ("checkpoints", "blobs", "writes"):
-                conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))  # noqa: S608
-
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints (and their writes) created by any of ``run_ids``, in every
-        thread and namespace; values no remaining checkpoint uses are deleted too."""
-        ids = [check_id(run_id, "run_id") for run_id in run_ids]
-        if not ids:
-            return
+    def _delete_runs(self, run_ids: Sequence[str]) -> None:
         with self._db.transaction(write=True) as conn:
             doomed = conn.execute(
                 "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints"
                 " WHERE run_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(ids),),
+                (json.dumps(list(run_ids)),),
             ).fetchall()
             delete_checkpoints(conn, doomed)
 
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Copy every checkpoint (the whole parent chain, all namespaces), value and write
-        of the source thread to the target thread, keeping checkpoint ids.
-
-        Raises:
-            ThreadExistsError: the target thread already has checkpoints (nothing is
-                changed; delete it first or pick another id).
-        """
-        source = check_id(source_thread_id, "source thread_id")
-        target = check_id(target_thread_id, "target thread_id")
+    def _copy_thread(self, source: str, target: str) -> None:
+        """Copy the whole parent chain (all namespaces), values and writes in one
+        transaction; ThreadExistsError (nothing changed) if the target has checkpoints."""
         with self._db.transaction(write=True) as conn:
             if conn.execute(
                 "SELECT 1 FROM checkpoints WHERE thread_id = ? LIMIT 1", (target,)
