@@ -28,8 +28,8 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
+from statekeeper.backends.redis import RedisOptions
 from statekeeper.backends.redis._layout import Record, swap
-from statekeeper.backends.redis.options import RedisOptions
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,

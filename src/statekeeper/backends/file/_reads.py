@@ -34,31 +34,9 @@ from statekeeper.backends.file._values import Known, Lines, Memo, lines_of, read
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.checkpointers.semantics import checkpoint_config, matches
 
-__all__ = ["Reader", "delta_history", "load", "pending_writes", "task_writes"]
+__all__ = ["Reader", "delta_history", "pending_writes", "task_writes"]
 
 log = logging.getLogger("statekeeper.backends.file.checkpointer")
-
-
-def load(
-    serde: SerializerProtocol,
-    store: Store,
-    n: Namespace,
-    entry: Entry,
-    recent: RecentPayloads,
-    *,
-    may_skip: bool,
-    filter: dict[str, Any] | None = None,
-    memo: Memo | None = None,
-    seen: Mapping[str, Entry] | None = None,
-) -> CheckpointTuple | None:
-    """The tuple of a listed checkpoint, or None: :meth:`Reader.load` with a reader of
-    these parts (``seen``: lines already read, see :class:`Reader`).
-
-    Raises:
-        CorruptCheckpointError: it is damaged, naming the thread, checkpoint and file.
-    """
-    reader = Reader(serde, store, n, recent, memo, seen or {})
-    return reader.load(entry, may_skip=may_skip, filter=filter)
 
 
 @dataclass(frozen=True, slots=True)

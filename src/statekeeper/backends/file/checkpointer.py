@@ -51,7 +51,7 @@ from statekeeper.backends.file._namespace import (
     short,
 )
 from statekeeper.backends.file._prune import drop_runs, keep_latest
-from statekeeper.backends.file._reads import delta_history, load, task_writes
+from statekeeper.backends.file._reads import Reader, delta_history, task_writes
 from statekeeper.backends.file._records import CLAIMS_DIR, Store
 from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import CorruptFile, verify
@@ -163,18 +163,12 @@ class FileCheckpointer(Checkpointer):
         it names none; ``None`` when there is none."""
         thread_id, ns, checkpoint_id = location(config)
         store = self._open_store()
-        n = store.namespace(thread_id, ns)
+        reader = Reader(self.serde, store, store.namespace(thread_id, ns), self._recent)
         if checkpoint_id is not None:
-            found = next(store.newest(n, None, checkpoint_id), None)
-            return (
-                None
-                if found is None
-                else load(self.serde, store, n, found, self._recent, may_skip=False)
-            )
-        for entry in store.newest(n, None):
-            if (
-                loaded := load(self.serde, store, n, entry, self._recent, may_skip=True)
-            ) is not None:
+            found = next(store.newest(reader.n, None, checkpoint_id), None)
+            return None if found is None else reader.load(found, may_skip=False)
+        for entry in store.newest(reader.n, None):
+            if (loaded := reader.load(entry, may_skip=True)) is not None:
                 return loaded
         return None
 
@@ -210,18 +204,8 @@ class FileCheckpointer(Checkpointer):
         streams = map(stream, store.scope(thread_id, ns))
         merged = heapq.merge(*streams, key=lambda item: item[0], reverse=True)
         for _, n, entry in merged:
-            memo = memos.setdefault(n, {})
-            loaded = load(
-                self.serde,
-                store,
-                n,
-                entry,
-                self._recent,
-                may_skip=True,
-                filter=filter,
-                memo=memo,
-                seen=seen[n],
-            )
+            reader = Reader(self.serde, store, n, self._recent, memos.setdefault(n, {}), seen[n])
+            loaded = reader.load(entry, may_skip=True, filter=filter)
             if loaded is None:
                 continue
             yield loaded

@@ -33,9 +33,8 @@ from statekeeper.backends.redis._io import Connection, Eval, Op, Script
 from statekeeper.backends.redis._layout import Layout
 from statekeeper.errors import StorageError
 
-__all__ = ["CLAIM_TTL", "Claims"]
+__all__ = ["Claims"]
 
-CLAIM_TTL = 30.0  # seconds a claim outlives its holder's last renewal
 log = logging.getLogger("statekeeper.backends.redis.checkpointer")
 
 # KEYS: the claim key. ARGV: the holder's value, ttl (ms). Takes the claim if it is free;

@@ -16,8 +16,9 @@ import these modules, and importing them is what imports ``redis``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Self
 from urllib.parse import quote, unquote, urlsplit
 
 import redis
@@ -32,12 +33,12 @@ from redis.retry import Retry
 from statekeeper.errors import ConfigurationError, StorageError
 from statekeeper.urls import StorageURL, parse_url, redact
 
-if TYPE_CHECKING:  # the options module imports this one (through the claims)
-    from statekeeper.backends.redis.options import RedisOptions
-
 __all__ = [
+    "CLAIM_TTL",
     "DRIVER_ERRORS",
     "SCHEMES",
+    "RedisCheckpointerOptions",
+    "RedisOptions",
     "RedisTarget",
     "check_prefix",
     "ordered",
@@ -55,6 +56,72 @@ _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 _BACKOFF = {"base": 0.05, "cap": 1.0}  # waits base * 2**failures: 0.1, 0.2, 0.4, 0.8, 1, 1 s...
 _CERT_REQS = ("none", "optional", "required")
+
+# -- options ---------------------------------------------------------------------------
+# How the Redis components reach their server and name their keys, as small immutable
+# records: the checkpointer and the memory store both take RedisOptions, so one object can
+# configure both; RedisCheckpointerOptions adds the checkpointer's key lifetimes. Values
+# are checked when a component is built from them (ConfigurationError then), not here.
+
+CLAIM_TTL = 30.0  # seconds a claim outlives its holder's last renewal
+
+
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    """How a Redis component reaches its server and names its keys.
+
+    Attributes:
+        prefix: every key starts with ``<prefix>:``; components with different prefixes
+            never see or touch each other's keys (a checkpointer and a store may share
+            one). 1-128 letters, digits and ``_ . : / @ + = -``, starting with a letter
+            or digit.
+        retries: how often a command is retried, with exponential backoff (0.1 s up to
+            1 s between attempts), after a dropped connection or a timeout.
+        socket_timeout: seconds to wait for a connection or a reply.
+        ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs (the CA
+            bundle, default the system's; ``"none"``, ``"optional"`` or ``"required"``).
+    """
+
+    prefix: str = "statekeeper"
+    retries: int = 5
+    socket_timeout: float = 10.0
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: str = "required"
+
+    @classmethod
+    def split(cls, options: Mapping[str, Any]) -> tuple[Self, dict[str, Any]]:
+        """``options`` (a component's merged URL and keyword options) as a record of this
+        class, and the options left over: the component's own keywords."""
+        names = {option.name for option in fields(cls)}
+        mine = {name: value for name, value in options.items() if name in names}
+        rest = {name: value for name, value in options.items() if name not in names}
+        return cls(**mine), rest
+
+
+@dataclass(frozen=True, slots=True)
+class RedisCheckpointerOptions(RedisOptions):
+    """:class:`RedisOptions` plus the lifetimes of a checkpointer's keys.
+
+    Attributes:
+        ttl: seconds until a thread's keys expire, all together; every write to the
+            thread starts the count again. ``None``: never.
+        refresh_on_read: ``get_tuple`` and ``list`` of a thread start the count again too
+            (needs ``ttl``).
+        claim_ttl: seconds a ``claim_thread`` claim outlives its holder (it is renewed
+            every third of that while held, so only a dead or cut-off holder loses it).
+    """
+
+    ttl: float | None = None
+    refresh_on_read: bool = False
+    claim_ttl: float = CLAIM_TTL
+
+    @classmethod
+    def extending(cls, options: RedisOptions | None = None, **lifetimes: Any) -> Self:
+        """``options`` (default: all defaults) with the key ``lifetimes`` given
+        (``ttl``, ``refresh_on_read``, ``claim_ttl``); a record of this class is returned
+        with those replaced."""
+        return cls(**{**(asdict(options) if options is not None else {}), **lifetimes})
+
 
 # -- keys ------------------------------------------------------------------------------------
 

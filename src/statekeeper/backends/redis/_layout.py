@@ -204,13 +204,15 @@ class Record:
         load: list[bytes],
         extra: list[bytes],
         parent_id: str | None,
-        type_: str,
-        codec: str,
         metadata: str,
-        checkpoint: bytes,
+        checkpoint: tuple[str, str, bytes],
     ) -> bytes:
         """The record of a checkpoint: it loads the values in ``load`` and also holds a
-        reference on those in ``extra`` (values it wrote but does not load)."""
+        reference on those in ``extra`` (values it wrote but does not load).
+        ``checkpoint`` is ``(type, codec, bytes)`` as
+        :func:`~statekeeper._storage.payload.encode` gives it; ``metadata`` its canonical
+        JSON."""
+        type_, codec, data = checkpoint
         return _framed(
             (
                 run,
@@ -223,7 +225,7 @@ class Record:
                 codec.encode(),
                 metadata.encode(),
             ),
-            checkpoint,
+            data,
         )
 
 

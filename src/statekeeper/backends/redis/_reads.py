@@ -11,10 +11,8 @@ registry.
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -33,11 +31,11 @@ from statekeeper.backends.redis._layout import (
     Record,
     decode_writes,
     pending,
-    rank,
     swap,
     unstable,
     value_chains,
 )
+from statekeeper.backends.redis._listing import PAGE, SCAN, Budget, Merge, Source, span
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.checkpointers.semantics import (
     before_id,
@@ -48,100 +46,10 @@ from statekeeper.checkpointers.semantics import (
 )
 from statekeeper.errors import ConfigurationError
 
-__all__ = ["PAGE", "SCAN", "Reads"]
+__all__ = ["Reads", "holds_value"]
 
-PAGE = 100  # checkpoints per listing script call (bounds each reply)
-SCAN = 500  # registry entries, index members or hash fields per paging call
 WALK_STEPS = 256  # ancestors followed per script call
 READ_ATTEMPTS = 5  # reads of a checkpoint whose large values vanished meanwhile
-
-
-@dataclass
-class _Source:
-    thread_id: str
-    keys: tuple[bytes, ...]
-    buffer: list[bytes] = field(default_factory=list)  # ids members, newest first
-    more: bool = True
-    last: bytes | None = None
-
-
-@dataclass
-class _Budget:
-    """How many more checkpoints a listing may emit (``None``: no limit)."""
-
-    remaining: int | None
-
-    def page(self, filter: dict[str, Any] | None) -> int:
-        """How many to ask for next: a full page when a filter may reject some or there is
-        no limit, else no more than may still be emitted."""
-        return PAGE if filter or self.remaining is None else min(self.remaining, PAGE)
-
-    def spend(self) -> bool:
-        """Count one emitted checkpoint; True when it was the last the limit allows."""
-        if self.remaining is None:
-            return False
-        self.remaining -= 1
-        return self.remaining == 0
-
-
-@dataclass
-class _Merge:
-    """The ``ids`` indexes of several threads merged newest first (:func:`rank`), each
-    read ``page`` members at a time below ``top`` (``b"+"``: from the newest)."""
-
-    sources: list[_Source]
-    top: bytes
-    page: int
-    heap: list[tuple[bytes, int, bytes]] = field(default_factory=list)  # rank, source, member
-
-    def start(self) -> Op[None]:
-        """Read the first page of every index, ``SCAN`` indexes per batch."""
-        for start in range(0, len(self.sources), SCAN):
-            chunk = range(start, min(start + SCAN, len(self.sources)))
-            replies = yield Batch(tuple(self._fetch(self.sources[i]) for i in chunk))
-            for i, members in zip(chunk, replies, strict=True):
-                self._refill(self.sources[i], members)
-                self._push(i)
-
-    def take(self, want: int) -> Op[list[tuple[int, bytes]]]:
-        """Up to ``want`` next members, newest first, as ``(source, ref)``; an index whose
-        page runs out is read further before its next member is ranked."""
-        group: list[tuple[int, bytes]] = []
-        while self.heap and len(group) < want:
-            _, index, member = heapq.heappop(self.heap)
-            group.append((index, swap(member)))
-            source = self.sources[index]
-            if not source.buffer and source.more:
-                self._refill(source, (yield self._fetch(source)))
-            self._push(index)
-        return group
-
-    def _fetch(self, source: _Source) -> Cmd:
-        high = self.top if source.last is None else b"(" + source.last
-        return Cmd(("ZRANGE", source.keys[0], high, b"-", "BYLEX", "REV", "LIMIT", 0, self.page))
-
-    def _refill(self, source: _Source, members: list[bytes]) -> None:
-        source.buffer, source.more = list(members), len(members) == self.page
-        if members:
-            source.last = members[-1]
-
-    def _push(self, index: int) -> None:
-        source = self.sources[index]
-        if source.buffer:
-            member = source.buffer.pop(0)
-            heapq.heappush(self.heap, (rank(member, source.thread_id), index, member))
-
-
-def _span(ns: str | None, checkpoint_id: str | None, below: str | None) -> tuple[str, bytes, bytes]:
-    """The index (``"ns"`` or ``"ids"``) and the ``BYLEX`` range a listing of one thread
-    walks: one namespace (below ``below``), else the checkpoints with one id in any
-    namespace, else all of them below ``below``."""
-    if ns is not None:
-        high = b"(" + ordered(ns) + (ordered(below) if below is not None else b"\xff")
-        return "ns", b"[" + ordered(ns), high
-    if checkpoint_id is not None:
-        return "ids", b"[" + ordered(checkpoint_id), b"(" + ordered(checkpoint_id) + b"\xff"
-    return "ids", b"-", (b"(" + ordered(below) if below is not None else b"+")
 
 
 class Reads(Layout):
@@ -243,8 +151,8 @@ class Reads(Layout):
         elif ns is not None and checkpoint_id is not None:
             yield from self._list_one(serde, thread_id, ns, checkpoint_id, filter)
         else:
-            span = _span(ns, checkpoint_id, below)
-            yield from self._list_thread(serde, thread_id, ns, span, filter, _Budget(limit))
+            scope = span(ns, checkpoint_id, below)
+            yield from self._list_thread(serde, thread_id, ns, scope, filter, Budget(limit))
 
     def _list_one(
         self,
@@ -270,7 +178,7 @@ class Reads(Layout):
         ns: str | None,
         span: tuple[str, bytes, bytes],
         filter: dict[str, Any] | None,
-        budget: _Budget,
+        budget: Budget,
     ) -> Stream:
         """One thread's checkpoints in ``span`` (see :func:`_span`), newest first: one
         READ per page; with a filter, pages of records, then the matches in full."""
@@ -321,10 +229,10 @@ class Reads(Layout):
         """``list(None)``: a k-way merge of every registered thread's newest-first index."""
         yield from self.sweep()
         tags = yield from self.registered()
-        sources = [_Source(untag(t), self.keys(untag(t))) for t in tags]
+        sources = [Source(untag(t), self.keys(untag(t))) for t in tags]
         top = b"(" + ordered(below) if below is not None else b"+"
-        budget = _Budget(limit)
-        merge = _Merge(sources, top, page=budget.page(filter))
+        budget = Budget(limit)
+        merge = Merge(sources, top, page=budget.page(filter))
         yield from merge.start()
         while merge.heap:
             group = yield from merge.take(budget.page(filter))
@@ -336,7 +244,7 @@ class Reads(Layout):
     def _load_group(
         self,
         serde: SerializerProtocol,
-        sources: list[_Source],
+        sources: list[Source],
         group: list[tuple[int, bytes]],
         filter: dict[str, Any] | None,
     ) -> Op[list[CheckpointTuple]]:
@@ -454,7 +362,7 @@ class Reads(Layout):
         seed_fields: dict[str, bytes | None] = {}
         if checkpoint_id is not None:
             ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
-            chains, seed_fields = walk_chains(checkpoint_id, ancestors, channels, _holds)
+            chains, seed_fields = walk_chains(checkpoint_id, ancestors, channels, holds_value)
         chain_ids = list(dict.fromkeys(a for chain in chains.values() for a in chain))
         seeds = [f for f in seed_fields.values() if f is not None]
         calls: list[Cmd | Eval] = [
@@ -512,7 +420,7 @@ class Reads(Layout):
             yield Eval(lua.REMOVE_IF, (self.registry,), tuple(gone))
 
 
-def _holds(channel: str, value_field: bytes | None) -> bool:
+def holds_value(channel: str, value_field: bytes | None) -> bool:
     return value_field is not None
 
 

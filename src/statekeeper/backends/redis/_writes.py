@@ -30,7 +30,8 @@ from statekeeper.backends.redis._layout import (
     first,
     swap,
 )
-from statekeeper.backends.redis._reads import PAGE, SCAN, Reads, _holds
+from statekeeper.backends.redis._listing import PAGE, SCAN
+from statekeeper.backends.redis._reads import Reads, holds_value
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.errors import StorageError, ThreadExistsError
 
@@ -89,16 +90,8 @@ class Plans(Reads):
         known = set(load)
         extra = list(dict.fromkeys(f for f in blobs[::5] if f not in known))
         run = ordered(prepared.run_id) if prepared.run_id is not None else b""
-        cp_type, cp_codec, cp_data = prepared.checkpoint
         record = Record.pack(
-            run,
-            load,
-            extra,
-            prepared.parent_id,
-            cp_type,
-            cp_codec,
-            prepared.metadata_json,
-            cp_data,
+            run, load, extra, prepared.parent_id, prepared.metadata_json, prepared.checkpoint
         )
         ref = ens + ordered(prepared.checkpoint_id)
         head = (ref, record, run + ref if run else b"")
@@ -254,7 +247,7 @@ class Plans(Reads):
                 chains: Mapping[str, list[str]] = {}
                 if channels := delta_channels(metadata):
                     ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
-                    chains = walk_chains(checkpoint_id, ancestors, channels, _holds)[0]
+                    chains = walk_chains(checkpoint_id, ancestors, channels, holds_value)[0]
                 newest[ns] = checkpoint_id
                 keep[ns] = keep_latest_ids(checkpoint_id, metadata, _constant(chains))
         low = b"-"

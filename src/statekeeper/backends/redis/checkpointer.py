@@ -24,10 +24,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.redis._claims import Claims
-from statekeeper.backends.redis._client import RedisTarget
+from statekeeper.backends.redis._client import RedisCheckpointerOptions, RedisOptions, RedisTarget
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Op
 from statekeeper.backends.redis._writes import Plans
-from statekeeper.backends.redis.options import RedisCheckpointerOptions, RedisOptions
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.errors import ConfigurationError, SchemaVersionError
@@ -60,10 +59,10 @@ class RedisCheckpointer(Checkpointer):
             a Cluster). Open a URL with query options (``?prefix=app&ttl=3600``) with
             ``open_checkpointer``.
         options: how to reach the server and name the keys, and how long they live
-            (:class:`~statekeeper.backends.redis.options.RedisCheckpointerOptions`:
+            (:class:`~statekeeper.backends.redis.RedisCheckpointerOptions`:
             ``prefix``, ``ttl``, ``refresh_on_read``, ``claim_ttl``, ``retries``,
             ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). A plain
-            :class:`~statekeeper.backends.redis.options.RedisOptions`, such as one shared
+            :class:`~statekeeper.backends.redis.RedisOptions`, such as one shared
             with a ``RedisStore``, keeps the default lifetimes (keys never expire).
         serde: the serializer for every payload (default :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.

@@ -16,9 +16,8 @@ from typing import Any, Self
 from langgraph.store.base import IndexConfig, TTLConfig
 
 from statekeeper.backends.redis import _store_lua as lua
-from statekeeper.backends.redis._client import RedisTarget
+from statekeeper.backends.redis._client import RedisOptions, RedisTarget
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
-from statekeeper.backends.redis.options import RedisOptions
 from statekeeper.errors import SchemaVersionError, StorageError
 from statekeeper.memory.store.base import Write
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
@@ -48,7 +47,7 @@ class RedisStore(ItemStore):
         url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
             ``redis+cluster://host:port`` or ``rediss+cluster://host:port``.
         options: how to reach the server and name the keys
-            (:class:`~statekeeper.backends.redis.options.RedisOptions`: ``prefix``,
+            (:class:`~statekeeper.backends.redis.RedisOptions`: ``prefix``,
             ``retries``, ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). Every
             key starts with ``<prefix>:store:``; stores with different prefixes never see
             each other's items, and a checkpointer may share the prefix (and the options).

@@ -1,0 +1,109 @@
+"""How the Redis checkpointer lists across threads: the ``ids`` index of every thread,
+merged newest first, read a page at a time, within a listing's limit.
+
+Pure bookkeeping over sans-IO requests (:class:`~._io.Cmd`, :class:`~._io.Batch`): the
+listing in :mod:`._reads` runs it with the sync or the asyncio client.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from statekeeper.backends.redis._client import ordered
+from statekeeper.backends.redis._io import Batch, Cmd, Op
+from statekeeper.backends.redis._layout import rank, swap
+
+__all__ = ["PAGE", "SCAN", "Budget", "Merge", "Source", "span"]
+
+PAGE = 100  # checkpoints per listing script call (bounds each reply)
+SCAN = 500  # registry entries, index members or hash fields per paging call
+
+
+@dataclass
+class Source:
+    thread_id: str
+    keys: tuple[bytes, ...]
+    buffer: list[bytes] = field(default_factory=list)  # ids members, newest first
+    more: bool = True
+    last: bytes | None = None
+
+
+@dataclass
+class Budget:
+    """How many more checkpoints a listing may emit (``None``: no limit)."""
+
+    remaining: int | None
+
+    def page(self, filter: dict[str, Any] | None) -> int:
+        """How many to ask for next: a full page when a filter may reject some or there is
+        no limit, else no more than may still be emitted."""
+        return PAGE if filter or self.remaining is None else min(self.remaining, PAGE)
+
+    def spend(self) -> bool:
+        """Count one emitted checkpoint; True when it was the last the limit allows."""
+        if self.remaining is None:
+            return False
+        self.remaining -= 1
+        return self.remaining == 0
+
+
+@dataclass
+class Merge:
+    """The ``ids`` indexes of several threads merged newest first (:func:`rank`), each
+    read ``page`` members at a time below ``top`` (``b"+"``: from the newest)."""
+
+    sources: list[Source]
+    top: bytes
+    page: int
+    heap: list[tuple[bytes, int, bytes]] = field(default_factory=list)  # rank, source, member
+
+    def start(self) -> Op[None]:
+        """Read the first page of every index, ``SCAN`` indexes per batch."""
+        for start in range(0, len(self.sources), SCAN):
+            chunk = range(start, min(start + SCAN, len(self.sources)))
+            replies = yield Batch(tuple(self._fetch(self.sources[i]) for i in chunk))
+            for i, members in zip(chunk, replies, strict=True):
+                self._refill(self.sources[i], members)
+                self._push(i)
+
+    def take(self, want: int) -> Op[list[tuple[int, bytes]]]:
+        """Up to ``want`` next members, newest first, as ``(source, ref)``; an index whose
+        page runs out is read further before its next member is ranked."""
+        group: list[tuple[int, bytes]] = []
+        while self.heap and len(group) < want:
+            _, index, member = heapq.heappop(self.heap)
+            group.append((index, swap(member)))
+            source = self.sources[index]
+            if not source.buffer and source.more:
+                self._refill(source, (yield self._fetch(source)))
+            self._push(index)
+        return group
+
+    def _fetch(self, source: Source) -> Cmd:
+        high = self.top if source.last is None else b"(" + source.last
+        return Cmd(("ZRANGE", source.keys[0], high, b"-", "BYLEX", "REV", "LIMIT", 0, self.page))
+
+    def _refill(self, source: Source, members: list[bytes]) -> None:
+        source.buffer, source.more = list(members), len(members) == self.page
+        if members:
+            source.last = members[-1]
+
+    def _push(self, index: int) -> None:
+        source = self.sources[index]
+        if source.buffer:
+            member = source.buffer.pop(0)
+            heapq.heappush(self.heap, (rank(member, source.thread_id), index, member))
+
+
+def span(ns: str | None, checkpoint_id: str | None, below: str | None) -> tuple[str, bytes, bytes]:
+    """The index (``"ns"`` or ``"ids"``) and the ``BYLEX`` range a listing of one thread
+    walks: one namespace (below ``below``), else the checkpoints with one id in any
+    namespace, else all of them below ``below``."""
+    if ns is not None:
+        high = b"(" + ordered(ns) + (ordered(below) if below is not None else b"\xff")
+        return "ns", b"[" + ordered(ns), high
+    if checkpoint_id is not None:
+        return "ids", b"[" + ordered(checkpoint_id), b"(" + ordered(checkpoint_id) + b"\xff"
+    return "ids", b"-", (b"(" + ordered(below) if below is not None else b"+")
