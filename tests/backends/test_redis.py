@@ -914,7 +914,7 @@ def test_the_async_api_retries_too(private: Server) -> None:
 WRITER = """
 import sys, random
 sys.path.insert(0, {root!r})
-from tests.checkpointers.test_redis import put, cfg, expected_values
+from tests.backends.test_redis import put, cfg, expected_values
 from statekeeper.checkpointers import open_checkpointer
 saver = open_checkpointer({url!r})
 start = int(sys.argv[1])
@@ -1156,7 +1156,7 @@ def test_a_killed_workers_thread_is_resumed_by_another_process(url: str) -> None
     code = (
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from tests.checkpointers.test_redis import worker_main\n"
+        "from tests.backends.test_redis import worker_main\n"
         f"worker_main({url!r})\n"
     )
     procs = [
