@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 SUBDIRS = ("values",)
-Payload = tuple[str, str, bytes]  # (type, codec, bytes), as _payload.encode returns
+Payload = tuple[str, str, bytes]  # (type, codec, bytes), as _storage.payload.encode returns
 WriteRow = tuple[Any, ...]  # (task_id, idx, channel, task_path, type, codec, bytes)
 Meta = dict[str, Any]
 

@@ -33,7 +33,7 @@ __all__ = ["collect_values", "drop", "drop_runs", "keep_latest"]
 
 
 def keep_latest(store: Store, n: Namespace) -> None:
-    """``prune(strategy="keep_latest")`` of one namespace (see _lineage.keep_latest_ids)."""
+    """``prune(strategy="keep_latest")`` of one namespace (see _storage.lineage.keep_latest_ids)."""
     with reporting(n):
         entries = n.entries()
     live = [e for e in entries if not e.deleted]
