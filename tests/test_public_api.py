@@ -17,15 +17,18 @@ PINNED = {
         "AnswerRequiredError",
         "ConfigurationError",
         "CorruptCheckpointError",
+        "Damage",
         "GraphLoadError",
         "InvalidIdError",
         "NoPendingInterruptError",
         "NothingToResumeError",
+        "ReadOnlyError",
         "SchemaVersionError",
         "SerializationError",
         "StateValidationError",
         "StatekeeperError",
         "StorageError",
+        "StorageNotFoundError",
         "SummarizerOutputError",
         "ThreadBusyError",
         "ThreadExistsError",
@@ -68,7 +71,8 @@ def test_every_error_type_is_listed_once_and_exported_at_the_top() -> None:
         for name, value in vars(errors).items()
         if isinstance(value, type) and issubclass(value, errors.StatekeeperError)
     }
-    assert set(errors.__all__) == defined
+    # the error types, and Damage: what a CorruptCheckpointError and verify() report
+    assert set(errors.__all__) == defined | {"Damage"}
     assert set(errors.__all__) <= set(statekeeper.__all__)
     for name in errors.__all__:
         assert getattr(statekeeper, name) is getattr(errors, name)

@@ -8,21 +8,25 @@ the file system) are wrapped with ``raise ... from exc``: the original is kept a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "AnswerRequiredError",
     "ConfigurationError",
     "CorruptCheckpointError",
+    "Damage",
     "GraphLoadError",
     "InvalidIdError",
     "NoPendingInterruptError",
     "NothingToResumeError",
+    "ReadOnlyError",
     "SchemaVersionError",
     "SerializationError",
     "StateValidationError",
     "StatekeeperError",
     "StorageError",
+    "StorageNotFoundError",
     "SummarizerOutputError",
     "ThreadBusyError",
     "ThreadExistsError",
@@ -50,39 +54,61 @@ class StorageError(StatekeeperError):
     """The storage backend failed (I/O error, lost connection, locked database...)."""
 
 
+class ReadOnlyError(StorageError):
+    """A write was asked of storage opened read-only (``?mode=ro``, or storage that is not
+    writable, such as a read-only mount). Nothing was written."""
+
+
+class StorageNotFoundError(StorageError, LookupError):
+    """Storage opened read-only does not exist (no database file, no directory): nothing
+    was created in its place."""
+
+
 class SchemaVersionError(StorageError):
     """The stored data was written by a newer statekeeper than the one reading it."""
 
 
+@dataclass(frozen=True)
+class Damage:
+    """What is damaged, and where: what ``verify()`` reports and what
+    :class:`CorruptCheckpointError` carries. Fields are ``None`` when not known.
+
+    ``record`` is the kind of stored record at fault: ``"checkpoint"``, ``"metadata"``,
+    ``"writes"``, ``"value"``, ``"delta"``, ``"index"`` or ``"head"``; ``path`` names it
+    in the backend's terms (a file, a row, a key).
+    """
+
+    reason: str
+    backend: str | None = None
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    record: str | None = None
+    path: str | None = None
+
+
 class CorruptCheckpointError(StorageError):
-    """A stored checkpoint failed its integrity check: a file it needs is truncated,
+    """A stored checkpoint failed its integrity check: a record it needs is truncated,
     altered (checksum mismatch) or missing. Nothing is returned in its place unless the
     backend was asked to fall back to an older checkpoint.
 
-    Attributes name what is damaged (``None`` when not known): ``path`` (the file),
-    ``thread_id``, ``checkpoint_ns``, ``checkpoint_id`` and ``reason``.
+    ``damage`` says what is damaged and where (:class:`Damage`); its fields are also
+    attributes of the error (``thread_id``, ``checkpoint_id``, ``path``, ``reason``...).
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        path: str | None = None,
-        thread_id: str | None = None,
-        checkpoint_ns: str | None = None,
-        checkpoint_id: str | None = None,
-        reason: str | None = None,
-    ) -> None:
+    def __init__(self, message: str, damage: Damage) -> None:
         super().__init__(message)
-        self.path = path
-        self.thread_id = thread_id
-        self.checkpoint_ns = checkpoint_ns
-        self.checkpoint_id = checkpoint_id
-        self.reason = reason
+        self.damage = damage
+
+    def __getattr__(self, name: str) -> Any:
+        # the damage's fields read as the error's own (error.thread_id, error.path...)
+        if name != "damage" and name in Damage.__dataclass_fields__:
+            return getattr(self.damage, name)
+        raise AttributeError(name)
 
     def __reduce__(self) -> tuple[object, ...]:
-        # keyword-only attributes survive pickling (multiprocessing, logging handlers)
-        return (type(self), (str(self),), self.__dict__)
+        # the damage survives pickling (multiprocessing, logging handlers)
+        return (type(self), (str(self), self.damage))
 
 
 class ThreadExistsError(StatekeeperError):

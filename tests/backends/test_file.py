@@ -41,6 +41,7 @@ from statekeeper.checkpointers.semantics import next_version
 from statekeeper.errors import (
     ConfigurationError,
     CorruptCheckpointError,
+    Damage,
     SchemaVersionError,
     StorageError,
     ThreadExistsError,
@@ -220,10 +221,13 @@ def test_a_format_1_directory_is_refused_with_how_to_move_its_data(root: Path) -
 
 
 def test_corrupt_checkpoint_error_is_a_storage_error_and_pickles() -> None:
-    error = CorruptCheckpointError("bad", path="/p", thread_id="t", checkpoint_id="c")
+    damage = Damage("altered", backend="file", path="/p", thread_id="t", checkpoint_id="c")
+    error = CorruptCheckpointError("bad", damage)
     copy = pickle.loads(pickle.dumps(error))
     assert isinstance(copy, StorageError)
+    assert copy.damage == damage
     assert (str(copy), copy.path, copy.thread_id, copy.checkpoint_id) == ("bad", "/p", "t", "c")
+    assert (copy.backend, copy.reason, copy.checkpoint_ns) == ("file", "altered", None)
 
 
 # -- layout -----------------------------------------------------------------------------
@@ -622,7 +626,7 @@ def test_verify_reports_a_malformed_writes_line_once_and_quarantine_drops_it(
         saver.get_tuple(configs[1])
 
     found = saver.verify()
-    assert [(f.path, f.checkpoint_id) for f in found] == [
+    assert [(Path(f.path), f.checkpoint_id) for f in found] == [
         (writes, cp_id(configs[1])),  # once: the line's checksum matches
         (checkpoints, cp_id(configs[1])),
     ]
@@ -658,7 +662,9 @@ def test_a_damaged_line_in_the_middle_is_named_skipped_or_quarantined(
         assert listed == [configs[4], configs[3], configs[2], configs[0]]
         assert "checksum mismatch" in caplog.text
         found = lenient.verify(quarantine=True)
-        assert [(f.path, f.checkpoint_id) for f in found] == [(checkpoints, cp_id(configs[1]))]
+        assert [(Path(f.path), f.checkpoint_id) for f in found] == [
+            (checkpoints, cp_id(configs[1]))
+        ]
         assert cp_id(configs[1]) in found[0].reason
         assert lenient.verify() == []
     with FileCheckpointer(root) as strict:
@@ -772,7 +778,7 @@ def test_a_damaged_base_is_reported_for_every_checkpoint_built_on_it(root: Path)
             saver.get_tuple(cfg("t"))
         assert info.value.path == str(checkpoints)
         found = saver.verify()
-        dependents = {f.checkpoint_id for f in found if f.path.name == "checkpoints"}
+        dependents = {f.checkpoint_id for f in found if Path(f.path).name == "checkpoints"}
         assert dependents == {cp_id(c) for c in configs[2:]}
         assert sum("delta chain" in f.reason for f in found) == 3
         saver.verify(quarantine=True)
@@ -976,7 +982,7 @@ def test_a_shortened_folder_whose_header_names_another_thread_is_damage(root: Pa
         with pytest.raises(CorruptCheckpointError, match="names another thread"):
             saver.get_tuple(cfg(second))  # never the other thread's checkpoint
         found = saver.verify()
-        assert [(f.path, "names another thread" in f.reason) for f in found] == [
+        assert [(Path(f.path), "names another thread" in f.reason) for f in found] == [
             (folder / "checkpoints", True)
         ]
         assert saver.verify(quarantine=True) == found

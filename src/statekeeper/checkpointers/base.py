@@ -52,7 +52,7 @@ from statekeeper.checkpointers.semantics import (
     next_version,
     stored_version,
 )
-from statekeeper.errors import ConfigurationError
+from statekeeper.errors import ConfigurationError, Damage, ReadOnlyError
 
 __all__ = ["Checkpointer", "TaskWrite"]
 
@@ -73,9 +73,12 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
     ``compress``: whether payloads of 1 KiB or more are zlib-compressed when that saves
     space (the checkpoint and the pending writes here; channel values by the backend).
+    ``read_only``: every write (and ``claim_thread``) raises
+    :class:`~statekeeper.errors.ReadOnlyError` before anything is touched.
     """
 
     compress: bool = True
+    read_only: bool = False  # set by the backend: opened with ?mode=ro, or not writable
 
     def close(self) -> None:
         """Release the backend's resources. Idempotent; later use raises StorageError."""
@@ -166,6 +169,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
         Raises:
             InvalidIdError: ``thread_id`` cannot be stored (nothing is deleted).
         """
+        self._writable("delete_thread")
         self._delete_threads((check_id(thread_id, "thread_id"),))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -177,6 +181,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
             InvalidIdError: a run id cannot be stored (every id is checked before
                 anything is deleted).
         """
+        self._writable("delete_for_runs")
         ids = _run_ids(run_ids)
         if ids:
             self._delete_runs(ids)
@@ -190,6 +195,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
             ThreadExistsError: the target thread already has checkpoints (nothing
                 changes; delete it first or pick another id).
         """
+        self._writable("copy_thread")
         self._copy_thread(*_copy_ids(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -202,6 +208,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
             ConfigurationError: ``strategy`` is neither; nothing is deleted.
             InvalidIdError: a thread id cannot be stored; nothing is deleted.
         """
+        self._writable("prune")
         delete, ids = _prune_ids(thread_ids, strategy)
         if ids:
             (self._delete_threads if delete else self._keep_latest)(ids)
@@ -215,6 +222,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
     ) -> PreparedPut:
         """Check a ``put`` and prepare what to store (see :meth:`put` for the errors).
         Writes nothing; the channel values are left to the backend to serialise."""
+        self._writable("put")
         thread_id, ns, parent_id = location(config)
         checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
         stored_metadata = merged_metadata(config, metadata)
@@ -265,6 +273,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
     ) -> PreparedWrites:
         """Check a ``put_writes`` and serialise its writes (see :meth:`put_writes` for the
         errors). Writes nothing."""
+        self._writable("put_writes")
         thread_id, ns, checkpoint_id = location(config)
         if checkpoint_id is None:
             raise ConfigurationError("put_writes needs a config with a checkpoint_id")
@@ -278,6 +287,14 @@ class Checkpointer(BaseCheckpointSaver[str]):
             type_, codec, data = encode(serde, value, compress=compress)
             rows.append(WriteRow(WRITES_IDX_MAP.get(name, idx), name, type_, codec, data))
         return PreparedWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(rows))
+
+    def _writable(self, operation: str) -> None:
+        """Raise :class:`ReadOnlyError` for ``operation`` when the storage is read-only."""
+        if self.read_only:
+            raise ReadOnlyError(
+                f"cannot {operation}: {self!r} is open read-only (mode=ro, or the storage "
+                "is not writable); open it read-write on writable storage to change it"
+            )
 
     # -- what a backend stores: called with checked input only ---------------------------
 
@@ -316,6 +333,18 @@ class Checkpointer(BaseCheckpointSaver[str]):
         ``get_tuple`` returns them, each with the ``task_path`` it was written with —
         which ``CheckpointTuple.pending_writes`` leaves out, and which a copy to another
         backend needs to keep that order. An unknown checkpoint has none: ``[]``.
+        """
+        raise NotImplementedError
+
+    def verify(self, *, repair: bool = False) -> list[Damage]:
+        """Check every stored record of every thread — checkpoints, metadata, pending
+        writes, values, deltas and the indexes that list them — against its checksum,
+        and return what is damaged (empty: all intact). Reads only, unless ``repair``:
+        then what can be rebuilt from intact records is (indexes, checksums of records
+        written before they had one), and what cannot is reported, never deleted.
+
+        Raises:
+            ReadOnlyError: ``repair`` on read-only storage.
         """
         raise NotImplementedError
 
@@ -372,17 +401,21 @@ class Checkpointer(BaseCheckpointSaver[str]):
         await self._acommit_writes(self._prepare_writes(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
+        self._writable("delete_thread")
         await self._adelete_threads((check_id(thread_id, "thread_id"),))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._writable("delete_for_runs")
         ids = _run_ids(run_ids)
         if ids:
             await self._adelete_runs(ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._writable("copy_thread")
         await self._acopy_thread(*_copy_ids(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._writable("prune")
         delete, ids = _prune_ids(thread_ids, strategy)
         if ids:
             await (self._adelete_threads if delete else self._akeep_latest)(ids)

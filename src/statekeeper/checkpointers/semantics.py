@@ -19,8 +19,11 @@ from statekeeper._storage.payload import check_id
 from statekeeper.errors import ConfigurationError, SerializationError
 
 __all__ = [
+    "MODES",
+    "ON_CORRUPT",
     "PRUNE_STRATEGIES",
     "before_id",
+    "check_choice",
     "check_prune_strategy",
     "checkpoint_config",
     "dump_metadata",
@@ -34,6 +37,13 @@ __all__ = [
 ]
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
+# The option every backend takes for how it opens its storage (?mode=ro in a URL): "rw"
+# reads and writes (creating the storage if missing); "ro" never writes or creates
+# anything, and a backend also opens read-only storage it finds not writable.
+MODES = ("rw", "ro")
+# What a read does with a damaged checkpoint: raise CorruptCheckpointError, or serve the
+# newest intact one and log a warning naming what was skipped.
+ON_CORRUPT = ("raise", "fallback")
 
 
 def location(config: RunnableConfig) -> tuple[str, str, str | None]:
@@ -82,6 +92,17 @@ def checkpoint_config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableCo
             "checkpoint_id": checkpoint_id,
         }
     }
+
+
+def check_choice(option: str, value: object, choices: tuple[str, ...]) -> str:
+    """``value`` when it is one of ``choices``.
+
+    Raises:
+        ConfigurationError: it is not; the message lists the choices.
+    """
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigurationError(f"{option} must be one of {', '.join(choices)}, got {value!r}")
+    return value
 
 
 def check_prune_strategy(strategy: str) -> None:

@@ -46,7 +46,7 @@ from statekeeper.backends.file._index import (
     make_entry,
 )
 from statekeeper.backends.file._layout import decode_name, value_file_name
-from statekeeper.errors import CorruptCheckpointError
+from statekeeper.errors import CorruptCheckpointError, Damage
 
 __all__ = [
     "SUBDIRS",
@@ -125,11 +125,14 @@ def corrupt_error(
         f"{which} of thread {short(n.thread_id)} (namespace {short(n.ns)}) is damaged: "
         f"{path}: {reason}; run verify(quarantine=True) to move damaged files aside, or "
         "open with on_corrupt='fallback' to use the newest intact checkpoint",
-        path=str(path),
-        thread_id=n.thread_id,
-        checkpoint_ns=n.ns,
-        checkpoint_id=checkpoint_id,
-        reason=reason,
+        Damage(
+            reason,
+            backend="file",
+            thread_id=n.thread_id,
+            checkpoint_ns=n.ns,
+            checkpoint_id=checkpoint_id,
+            path=str(path),
+        ),
     )
 
 

@@ -58,7 +58,12 @@ from statekeeper.backends.file._namespace import (
     reporting,
 )
 from statekeeper.backends.file._retire import replace
-from statekeeper.errors import ConfigurationError, CorruptCheckpointError, SchemaVersionError
+from statekeeper.errors import (
+    ConfigurationError,
+    CorruptCheckpointError,
+    Damage,
+    SchemaVersionError,
+)
 
 __all__ = [
     "CLAIMS_DIR",
@@ -246,8 +251,7 @@ class Store:
             raise CorruptCheckpointError(
                 f"{index}: {exc}; the full thread and namespace ids of this shortened folder "
                 "name are only stored there: run verify(quarantine=True)",
-                path=str(index),
-                reason=str(exc),
+                Damage(str(exc), backend="file", record="index", path=str(index)),
             ) from None
 
     # -- the checkpoints file ----------------------------------------------------------

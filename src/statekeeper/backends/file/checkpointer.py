@@ -54,18 +54,21 @@ from statekeeper.backends.file._prune import drop_runs, keep_latest
 from statekeeper.backends.file._reads import Reader, delta_history, task_writes
 from statekeeper.backends.file._records import CLAIMS_DIR, Store
 from statekeeper.backends.file._values import Memo, place_values, plan_values
-from statekeeper.backends.file._verify import CorruptFile, verify
+from statekeeper.backends.file._verify import verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import before_id, list_scope, location
 from statekeeper.errors import (
     ConfigurationError,
+    Damage,
     StorageError,
     ThreadExistsError,
 )
 from statekeeper.urls import StorageURL, parse_options
 
-__all__ = ["ON_CORRUPT", "CorruptFile", "FileCheckpointer"]
+__all__ = ["ON_CORRUPT", "FileCheckpointer"]
+
+Damages = list[Damage]  # named here: the class has a method called list
 
 ON_CORRUPT = ("raise", "fallback")
 _OPTIONS: dict[str, type] = {
@@ -75,7 +78,6 @@ _OPTIONS: dict[str, type] = {
     "fsync": bool,
     "serde": object,
 }
-CorruptFiles = list[CorruptFile]
 TaskWrites = list[TaskWrite]
 
 
@@ -347,15 +349,26 @@ class FileCheckpointer(Checkpointer):
 
     # -- integrity -----------------------------------------------------------------------
 
-    def verify(self, *, quarantine: bool = False) -> CorruptFiles:
-        """Check every stored file; return the damaged ones as :class:`CorruptFile`
-        (path, reason, and the thread, namespace and checkpoint they belong to).
+    def verify(self, *, repair: bool = False, quarantine: bool = False) -> Damages:
+        """Check every stored file; return what is damaged (path, reason, and the
+        thread, namespace and checkpoint it belongs to).
 
-        With ``quarantine=True``, move them into ``quarantine/<timestamp>/`` under the
-        directory, and rewrite each ``checkpoints`` file without its damaged lines and the
-        checkpoints that need a damaged file (the old file is kept in quarantine), so that
-        every checkpoint left loads. Nothing is deleted, except temporary files that
-        interrupted writes left (they never held a committed checkpoint) and the folders
-        interrupted deletes and copies left in ``trash/``.
+        With ``quarantine=True``, move damaged files into ``quarantine/<timestamp>/``
+        under the directory, and rewrite each ``checkpoints`` file without its damaged
+        lines and the checkpoints that need a damaged file (the old file is kept in
+        quarantine), so that every checkpoint left loads. Nothing is deleted, except
+        temporary files that interrupted writes left (they never held a committed
+        checkpoint) and the folders interrupted deletes and copies left in ``trash/``.
         """
-        return verify(self._open_store(), quarantine=quarantine)
+        found = verify(self._open_store(), quarantine=quarantine or repair)
+        return [
+            Damage(
+                f.reason,
+                backend="file",
+                thread_id=f.thread_id,
+                checkpoint_ns=f.checkpoint_ns,
+                checkpoint_id=f.checkpoint_id,
+                path=str(f.path),
+            )
+            for f in found
+        ]
