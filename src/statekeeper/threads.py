@@ -4,6 +4,28 @@ These functions need no graph: they read what LangGraph stored (channel versions
 versions each node has seen, pending writes) and work on any ``BaseCheckpointSaver``, ours
 or LangGraph's. That is what lets ``statekeeper threads``, ``history``, ``show`` and
 ``diff`` describe a thread whose graph cannot be imported here.
+
+:func:`summarize` is the one place that decides a thread's status; the runner (whether
+``resume`` has anything to do), ``statekeeper threads`` and any inspector all ask it. It
+reads the newest root checkpoint *and its pending writes*, because a super-step whose
+tasks all saved their writes before the process died has no next checkpoint yet:
+LangGraph's ``get_state().next`` is then empty, but the run is not finished, and
+``invoke(None)`` carries on from those writes. The statuses, first match wins:
+
+``running``
+    a live run holds the thread's claim (:meth:`Checkpointer.claim_holder`);
+``interrupted``
+    a task waits at an ``interrupt()`` whose answer is not stored (a subgraph's interrupt
+    is recorded by the parent task that runs the subgraph, so it shows here too);
+``failed``
+    a task of the current step raised (its ``__error__`` write is stored);
+``pending``
+    nodes are left to run: triggered by the checkpoint's channels (join barriers
+    included), by ``Send`` packets, or by writes stored for the next step (a stored
+    answer to the interrupt, a ``Command(goto=...)``) — also a subgraph whose run was
+    cut short, since the parent task running it has not completed;
+``done``
+    none of the above: nothing is left to run.
 """
 
 from __future__ import annotations
@@ -13,30 +35,36 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
+from langgraph.pregel._task_status import read_task_statuses
 
 __all__ = [
+    "STATUSES",
     "Change",
+    "Status",
     "ThreadSummary",
     "diff_values",
     "list_threads",
     "pending_nodes",
     "summaries",
     "summarize",
+    "thread_summary",
 ]
 
-Status = Literal["done", "interrupted", "failed", "pending"]
+Status = Literal["running", "interrupted", "failed", "pending", "done"]
+STATUSES: tuple[Status, ...] = ("running", "interrupted", "failed", "pending", "done")
 
 _BRANCH = "branch:to:"  # LangGraph triggers a StateGraph node by writing this channel
 _JOIN = "join:"  # ...or, for a node that waits for several, this barrier channel
 _START = "__start__"
 _TASKS = "__pregel_tasks"  # Send packets waiting to run
-_INTERRUPT = "__interrupt__"
-_ERROR = "__error__"
+_RESUME = "__resume__"  # an answer to an interrupt, stored before the task uses it
+_NULL_TASK = "00000000-0000-0000-0000-000000000000"  # writes that are input to the step
 
 
 @dataclass(frozen=True)
 class ThreadSummary:
-    """A thread as its newest root checkpoint describes it."""
+    """A thread as its newest root checkpoint and its pending writes describe it (see
+    the module docstring for how ``status`` is decided)."""
 
     thread_id: str
     checkpoint_id: str
@@ -46,6 +74,13 @@ class ThreadSummary:
     next: tuple[str, ...]  # the nodes that would run on resume
     graph: str | None  # "package.module:attr", when run by statekeeper's runner
     schema_version: int | None
+    interrupts: tuple[Any, ...] = ()  # the interrupts waiting for an answer
+    holder: dict[str, Any] | None = None  # the run holding the thread, when "running"
+
+    @property
+    def finished(self) -> bool:
+        """Whether nothing is left to run (status ``done``): ``resume`` has nothing to do."""
+        return self.status == "done"
 
 
 @dataclass(frozen=True)
@@ -90,15 +125,22 @@ def pending_nodes(checkpoint: Checkpoint) -> tuple[str, ...]:
     return tuple(nodes)
 
 
-def summarize(tup: CheckpointTuple) -> ThreadSummary:
-    """The summary of the thread whose newest checkpoint is ``tup``."""
+def summarize(tup: CheckpointTuple, *, holder: dict[str, Any] | None = None) -> ThreadSummary:
+    """The summary of the thread whose newest root checkpoint is ``tup`` (with its
+    pending writes, as ``get_tuple`` returns it). ``holder``: who holds the thread's
+    claim, if anyone (:func:`thread_summary` looks it up); it makes the status
+    ``running``."""
     metadata = tup.metadata or {}
-    written = {channel for _, channel, _ in tup.pending_writes or ()}
-    next_nodes = pending_nodes(tup.checkpoint)
+    writes = list(tup.pending_writes or ())
+    tasks = read_task_statuses(writes)
+    waiting = _waiting(writes, tasks)
+    next_nodes = pending_nodes(tup.checkpoint) + _triggered_by_input(writes)
     status: Status
-    if _INTERRUPT in written:
+    if holder is not None:
+        status = "running"
+    elif waiting:
         status = "interrupted"
-    elif _ERROR in written:
+    elif any(task.error is not None for task in tasks.values()):
         status = "failed"
     else:
         status = "pending" if next_nodes else "done"
@@ -113,7 +155,32 @@ def summarize(tup: CheckpointTuple) -> ThreadSummary:
         next=next_nodes,
         graph=graph if isinstance(graph, str) else None,
         schema_version=version if isinstance(version, int) else None,
+        interrupts=waiting,
+        holder=holder,
     )
+
+
+def thread_summary(saver: BaseCheckpointSaver[Any], thread_id: str) -> ThreadSummary | None:
+    """The summary of ``thread_id``: its newest root checkpoint and pending writes,
+    and whether a live run holds it (a saver without claims, such as LangGraph's own,
+    never says ``running``). ``None`` when the thread has no root checkpoint."""
+    tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+    if tup is None:
+        return None
+    return summarize(tup, holder=_claim_holder(saver, thread_id))
+
+
+def _claim_holder(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[str, Any] | None:
+    """Who holds ``thread_id``'s claim on ``saver`` (``None``: nobody, or a saver
+    without claims); never takes the claim."""
+    peek = getattr(saver, "claim_holder", None)
+    if peek is None:
+        return None
+    try:
+        holder = peek(thread_id)
+    except NotImplementedError:  # a Checkpointer subclass without claims
+        return None
+    return holder if isinstance(holder, dict) else None
 
 
 def summaries(
@@ -122,9 +189,9 @@ def summaries(
     """A summary per thread (all threads, most recent first, when ``thread_ids`` is None);
     threads with no root checkpoint are left out."""
     for thread_id in list_threads(saver) if thread_ids is None else thread_ids:
-        tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
-        if tup is not None:
-            yield summarize(tup)
+        summary = thread_summary(saver, thread_id)
+        if summary is not None:
+            yield summary
 
 
 def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
@@ -142,6 +209,30 @@ def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
             else:
                 changes.append(Change(channel, "changed", before, after))
     return changes
+
+
+def _waiting(writes: list[Any], tasks: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The interrupts waiting for an answer: those of the tasks that have not finished
+    (as LangGraph reads them), unless the answer is stored already. An answer given as a
+    single value (``Command(resume=value)``) is stored as a write of the step's input and
+    goes to the one interrupt waiting; ``invoke(None)`` then hands it over."""
+    pending = tuple(i for task in tasks.values() for i in task.pending_interrupts)
+    answered = any(task == _NULL_TASK and channel == _RESUME for task, channel, _ in writes)
+    return () if answered and len(pending) == 1 else pending
+
+
+def _triggered_by_input(writes: list[Any]) -> tuple[str, ...]:
+    """The nodes that writes stored as input to the next step trigger: a
+    ``Command(goto=...)`` stored before the step ran (a node name, or a ``Send``)."""
+    nodes = []
+    for task, channel, value in writes:
+        if task != _NULL_TASK:
+            continue
+        if channel == _TASKS:
+            nodes.append(getattr(value, "node", "?"))
+        elif channel.startswith(_BRANCH):
+            nodes.append(channel[len(_BRANCH) :])
+    return tuple(nodes)
 
 
 def _triggered_node(channel: str) -> str | None:

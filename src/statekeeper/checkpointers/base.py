@@ -36,6 +36,7 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 
+from statekeeper._storage.claims import ahold, check_wait, hold
 from statekeeper._storage.payload import check_id, encode
 from statekeeper.checkpointers.records import (
     Encoded,
@@ -348,19 +349,46 @@ class Checkpointer(BaseCheckpointSaver[str]):
         """
         raise NotImplementedError
 
-    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+    def claim_thread(
+        self, thread_id: str, *, wait: float | None = None
+    ) -> contextlib.AbstractContextManager[None]:
         """Claim ``thread_id`` for one run, for the duration of a ``with`` block.
 
-        The claim is exclusive between the threads of this process and every other
-        process using the same storage, and is released when the block exits or the
-        holding process dies. It is advisory: reads and writes never check it; runners
-        take it so two of them never advance one thread at once.
+        Exclusive between the threads of this process and every other process using the
+        same storage; released when the block exits or the holder dies. Advisory: reads
+        and writes never check it; runners take it so two never advance one thread at
+        once. A busy claim is retried for ``wait`` seconds (``math.inf``: until free).
 
         Raises:
-            ThreadBusyError: another run holds the claim; the error names the holder.
+            ThreadBusyError: another run holds the claim (still, after ``wait``); the
+                error names the holder.
             InvalidIdError: ``thread_id`` cannot be stored.
+            ReadOnlyError: the storage is read-only.
         """
+        self._writable("claim_thread")
+        thread_id, wait = check_id(thread_id, "thread_id"), check_wait(wait)
+        return hold(lambda: self._claim(thread_id), wait)
+
+    def aclaim_thread(
+        self, thread_id: str, *, wait: float | None = None
+    ) -> contextlib.AbstractAsyncContextManager[None]:
+        """:meth:`claim_thread` for ``async with``; the event loop never blocks."""
+        self._writable("claim_thread")
+        thread_id, wait = check_id(thread_id, "thread_id"), check_wait(wait)
+        return ahold(lambda: self._claim(thread_id), wait)
+
+    def claim_holder(self, thread_id: str) -> dict[str, Any] | None:
+        """Who holds the claim on ``thread_id`` (``pid``, ``host``, ``since``... as far as
+        the backend knows), or ``None``: nobody, or a dead holder whose claim expired.
+        Never takes the claim and never creates anything: works on read-only storage."""
+        return self._claim_holder(check_id(thread_id, "thread_id"))
+
+    def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """One attempt at the claim on a checked ``thread_id``; ThreadBusyError if held."""
         raise NotImplementedError
+
+    def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
+        raise NotImplementedError  # claim_holder for a checked thread_id
 
     # -- async API: the sync code in a worker thread ------------------------------------
 

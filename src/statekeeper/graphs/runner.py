@@ -145,13 +145,12 @@ class Runner:
             # whose every task saved its writes before the next checkpoint was written
             # is unfinished, though LangGraph's snapshot then lists no `next` node.
             summary = summarize(saved)
-            if summary.status == "done":
+            if summary.finished:
                 raise NothingToResumeError(
                     f"thread {thread_id!r} has finished: no task is left to run; fork it "
                     "from an earlier checkpoint to run part of it again"
                 )
-            snapshot = graph.get_state(thread_config(thread_id))
-            waiting = _waiting_interrupts(state_saver(graph), saved, snapshot.interrupts)
+            waiting = _waiting_interrupts(state_saver(graph), saved, summary.interrupts)
             if answer is NO_ANSWER:
                 if waiting:
                     raise AnswerRequiredError(

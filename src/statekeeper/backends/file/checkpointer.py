@@ -42,7 +42,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
-from statekeeper._storage.payload import check_id, safe_serde
+from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.file import directory_path
 from statekeeper.backends.file._index import Entry, make_entry
 from statekeeper.backends.file._namespace import (
@@ -227,11 +227,14 @@ class FileCheckpointer(Checkpointer):
         with reporting(n, checkpoint_id):
             return task_writes(self.serde, n.write_rows(checkpoint_id))
 
-    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
-        """Claim ``thread_id`` for one run (see :meth:`Checkpointer.claim_thread`): a
-        lock file in ``claims/`` under the directory, shared by every process using it."""
+    def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """A claim (see :meth:`Checkpointer.claim_thread`) is a lock file in ``claims/``
+        under the directory, shared by every process using it."""
         self._open_store()
-        return self._claims.claim(check_id(thread_id, "thread_id"))
+        return self._claims.claim(thread_id)
+
+    def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
+        return self._claims.holder(thread_id)  # reads only: no store is opened
 
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 

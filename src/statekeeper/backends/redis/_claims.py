@@ -10,6 +10,8 @@ thread renews it every third of the TTL, only if the key still holds this claim'
 (compare and ``PEXPIRE``), and the release deletes it only on the same condition, so a
 holder never extends or deletes another run's claim.
 
+:meth:`Claims.holder` reads the key (a ``GET``) without taking the claim.
+
 A renewal that finds the claim gone (it expired, for instance because this process could
 not reach Redis for longer than the TTL, and possibly another run took it) cannot stop the
 run that holds it; it logs a warning on the ``statekeeper.backends.redis.checkpointer`` logger and
@@ -29,7 +31,7 @@ from typing import Any
 
 from statekeeper._storage.claims import busy_error, holder_info
 from statekeeper._storage.payload import check_id
-from statekeeper.backends.redis._io import Connection, Eval, Op, Script
+from statekeeper.backends.redis._io import Cmd, Connection, Eval, Op, Script
 from statekeeper.backends.redis._layout import Layout
 from statekeeper.errors import StorageError
 
@@ -68,6 +70,10 @@ return 0
 
 def _call(script: Script, key: bytes, *args: Any) -> Op[Any]:
     return (yield Eval(script, (key,), args))
+
+
+def _get(key: bytes) -> Op[Any]:
+    return (yield Cmd(("GET", key)))
 
 
 class Claims:
@@ -116,6 +122,18 @@ class Claims:
                     self.ttl,
                     exc,
                 )
+
+    def holder(self, thread_id: str) -> dict[str, Any] | None:
+        """Who holds the claim on ``thread_id`` (``None``: nobody), read without taking
+        it; an expired claim is nobody's.
+
+        Raises:
+            InvalidIdError: ``thread_id`` cannot be stored.
+            StorageError: the server cannot be reached.
+        """
+        thread_id = check_id(thread_id, "thread_id")
+        held = self._conn.run(_get(self._layout.claim_key(thread_id)))
+        return None if held is None else dict(_holder(held), thread_id=thread_id)
 
     def _renew(
         self, thread_id: str, key: bytes, value: bytes, ttl_ms: int, stop: threading.Event

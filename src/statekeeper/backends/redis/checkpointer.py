@@ -202,17 +202,16 @@ class RedisCheckpointer(Checkpointer):
         checkpoint. One script call."""
         return self._conn.run(self._plans.writes(self.serde, config))
 
-    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
-        """Claim ``thread_id`` for a ``with`` block, across every process and host using
-        this server and prefix: a key set only if absent, renewed while held, deleted on
-        exit, and expiring ``claim_ttl`` seconds after a dead holder's last renewal.
-        Details, and what happens when a renewal finds the claim lost: docs/redis.md.
-
-        Raises:
-            ThreadBusyError: another run holds the claim; the error names the holder.
-            InvalidIdError: ``thread_id`` cannot be stored.
-        """
+    def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        """A claim (see :meth:`Checkpointer.claim_thread`) holds across every process and
+        host using this server and prefix: a key set only if absent, renewed while held,
+        deleted on exit, and expiring ``claim_ttl`` seconds after a dead holder's last
+        renewal. Details, and what happens when a renewal finds the claim lost:
+        docs/redis.md."""
         return self._claims.claim(thread_id)
+
+    def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
+        return self._claims.holder(thread_id)  # a GET of the claim key
 
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 

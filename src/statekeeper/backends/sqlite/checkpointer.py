@@ -33,7 +33,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.claims import LockFileClaims, ProcessClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.lineage import assemble_history
-from statekeeper._storage.payload import EMPTY, check_id, decode, loads, safe_serde
+from statekeeper._storage.payload import EMPTY, decode, loads, safe_serde
 from statekeeper.backends.sqlite import database_path
 from statekeeper.backends.sqlite._database import MEMORY, Database
 from statekeeper.backends.sqlite._queries import (
@@ -258,8 +258,11 @@ class SqliteCheckpointer(Checkpointer):
             rows = conn.execute(SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
         return self._decode_writes(rows)
 
-    def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
-        return self._claims.claim(check_id(thread_id, "thread_id"))
+    def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        return self._claims.claim(thread_id)  # a lock file beside the database
+
+    def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
+        return self._claims.holder(thread_id)
 
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
