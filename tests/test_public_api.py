@@ -45,6 +45,7 @@ PINNED = {
         "open_checkpointer",
     ],
     "statekeeper.graphs": [
+        "MULTITASK",
         "NO_ANSWER",
         "ForkResult",
         "Migration",
@@ -52,7 +53,9 @@ PINNED = {
         "RunResult",
         "Runner",
         "VersionedState",
+        "arun_exclusive",
         "load_graph",
+        "run_exclusive",
     ],
 }
 

@@ -8,6 +8,10 @@
 ...     if result.interrupts:
 ...         result = runner.resume(result.thread_id, answer="yes")
 
+For services that call ``graph.invoke`` themselves, :func:`run_exclusive` (and
+:func:`arun_exclusive`) runs one call at a time per thread: a second call is refused
+(``multitask="reject"``) or waits its turn (``"enqueue"``).
+
 Its errors (``AnswerRequiredError``, ``GraphLoadError``, ``StateValidationError``...) are
 in :mod:`statekeeper.errors`. See ``docs/graphs.md`` for the guarantees: what is recorded
 in checkpoint metadata, how migrations are written, and what resume and fork do.
@@ -15,12 +19,14 @@ in checkpoint metadata, how migrations are written, and what resume and fork do.
 
 from __future__ import annotations
 
+from statekeeper.graphs.exclusive import MULTITASK, arun_exclusive, run_exclusive
 from statekeeper.graphs.loading import load_graph
 from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
 from statekeeper.graphs.runner import NO_ANSWER, Runner
 from statekeeper.graphs.state import Migration, VersionedState
 
 __all__ = [
+    "MULTITASK",
     "NO_ANSWER",
     "ForkResult",
     "Migration",
@@ -28,5 +34,7 @@ __all__ = [
     "RunResult",
     "Runner",
     "VersionedState",
+    "arun_exclusive",
     "load_graph",
+    "run_exclusive",
 ]
