@@ -27,7 +27,7 @@ SURFACE = {
     "export": "--thread -o/--output",
     "import": "FILE",
     "prune": "THREAD --all --strategy",
-    "verify": "--quarantine",
+    "verify": "--quarantine --repair",
     "migrate": "THREAD --all --graph",
     "memory": "COMMAND",
     "memory search": (

@@ -8,12 +8,17 @@ JSON with ``--json``. Progress bars and errors go to stderr. Exit codes (:data:`
  0    done
  1    failed: a storage error, a node raised, corrupt data found, invalid state
  2    bad usage: unknown option, malformed URL, JSON or graph reference
- 3    not found: unknown thread or checkpoint
+ 3    not found: unknown thread or checkpoint, or no storage at ``--db``
  4    busy: another run holds the thread
  5    refused: the target thread exists, or there is nothing to resume
+ 6    read-only: a write to storage opened read-only or not writable
  10   interrupted: the run waits at an ``interrupt()``; answer with ``resume --answer``
  130  stopped by Ctrl-C (SIGINT)
 ====  ==========================================================================
+
+The commands that only read (``threads``, ``history``, ``show``, ``diff``, ``export``,
+``verify`` without ``--repair``, and ``copy``'s source) open the storage read-only, so
+they never create a database, directory or key.
 
 Each command lives in the module of its kind, its arguments next to its handler:
 :mod:`~statekeeper.cli.runs` (run, resume, fork, migrate),
@@ -85,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="statekeeper",
         description="Run, resume, inspect and move LangGraph threads whose state must survive.",
         epilog="Exit codes: 0 done, 1 failed, 2 bad usage, 3 not found, 4 busy, "
-        "5 refused (exists / nothing to resume), 10 waiting at an interrupt().",
+        "5 refused (exists / nothing to resume), 6 read-only, 10 waiting at an interrupt().",
         parents=[_global_options(defaults=True)],
     )
     commands = Commands(parser, dest="command", common=_global_options(defaults=False))

@@ -18,11 +18,14 @@ from statekeeper.errors import (
     ConfigurationError,
     NoPendingInterruptError,
     NothingToResumeError,
+    ReadOnlyError,
     StatekeeperError,
+    StorageNotFoundError,
     ThreadBusyError,
     ThreadExistsError,
     ThreadNotFoundError,
 )
+from statekeeper.urls import redact
 
 EXIT = {
     "ok": 0,
@@ -31,6 +34,7 @@ EXIT = {
     "not_found": 3,
     "busy": 4,
     "refused": 5,
+    "read_only": 6,
     "interrupted": 10,
 }
 
@@ -55,6 +59,8 @@ _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (CommandError, EXIT["usage"]),
     (NodeFailed, EXIT["failed"]),
     (ThreadNotFoundError, EXIT["not_found"]),
+    (StorageNotFoundError, EXIT["not_found"]),
+    (ReadOnlyError, EXIT["read_only"]),
     (ThreadBusyError, EXIT["busy"]),
     (ThreadExistsError, EXIT["refused"]),
     (NothingToResumeError, EXIT["refused"]),
@@ -98,11 +104,30 @@ class Commands:
 Adder = Callable[[Commands], None]
 
 
-def open_saver(url: str) -> Any:
-    """The checkpointer at ``url`` (``--db``), as a context manager."""
-    from statekeeper.checkpointers import open_checkpointer
+def open_saver(url: str, *, read_only: bool = False) -> Any:
+    """The checkpointer at ``url`` (``--db``), as a context manager.
 
-    return open_checkpointer(url)
+    ``read_only``, for the commands that only read: opened with ``mode=ro`` unless the
+    URL sets a mode itself, so they work on read-only storage and never create a
+    database, a directory or a key; storage that does not exist is then
+    :class:`StorageNotFoundError` ("no database at URL", exit 3), not a new empty one.
+    """
+    from statekeeper.checkpointers import known_schemes, open_checkpointer
+    from statekeeper.urls import parse_url
+
+    options: dict[str, Any] = {}
+    if read_only:
+        parsed = parse_url(url, known_schemes())
+        # memory:// storage lives only in this process: nothing to protect, nothing to find
+        if parsed.scheme != "memory" and "mode" not in parsed.options:
+            options["mode"] = "ro"
+    try:
+        return open_checkpointer(url, **options)
+    except StorageNotFoundError as exc:
+        raise StorageNotFoundError(
+            f"no database at {redact(url)} (nothing was created); check --db or "
+            "STATEKEEPER_DB"
+        ) from exc
 
 
 def emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:

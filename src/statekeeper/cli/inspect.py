@@ -1,7 +1,9 @@
 """Commands that read threads and change nothing: ``threads``, ``history``, ``show`` and
 ``diff``, each with its arguments next to its handler.
 
-An unknown thread or checkpoint exits 3, with a message that names it and the storage.
+They open the storage read-only (:func:`~statekeeper.cli._common.open_saver`), so they
+work on a read-only mount and never create anything. An unknown thread or checkpoint, or
+storage that does not exist, exits 3 with a message that names it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
     next nodes, step, last write and graph."""
     from statekeeper.threads import summaries
 
-    with open_saver(args.db) as saver:
+    with open_saver(args.db, read_only=True) as saver:
         rows = list(summaries(saver))[: args.limit]
     emit(
         args,
@@ -38,7 +40,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
             _console.table(
                 ["thread", "status", "next", "step", "updated", "graph"],
                 [
-                    (r.thread_id, r.status, ", ".join(r.next), r.step, r.updated, r.graph)
+                    (r.thread_id, _status(r), ", ".join(r.next), r.step, r.updated, r.graph)
                     for r in rows
                 ],
             )
@@ -47,6 +49,16 @@ def cmd_threads(args: argparse.Namespace) -> int:
         ),
     )
     return EXIT["ok"]
+
+
+def _status(summary: Any) -> str:
+    """A thread's status as the table shows it: a running thread says who runs it."""
+    holder = summary.holder
+    if summary.status != "running" or not holder:
+        return str(summary.status)
+    where = [f"pid {holder['pid']}"] if "pid" in holder else []
+    where += [f"on {holder['host']}"] if "host" in holder else []
+    return f"running ({' '.join(where)})" if where else "running"
 
 
 def add_history(commands: Commands) -> None:
@@ -61,7 +73,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     parent, step, source, next nodes, time and metadata."""
     from statekeeper.threads import pending_nodes
 
-    with open_saver(args.db) as saver:
+    with open_saver(args.db, read_only=True) as saver:
         config = {"configurable": {"thread_id": args.thread, "checkpoint_ns": args.ns}}
         tuples = list(saver.list(config, limit=args.limit))
     if not tuples:
@@ -105,7 +117,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     are left out."""
     from statekeeper.threads import pending_nodes
 
-    with open_saver(args.db) as saver:
+    with open_saver(args.db, read_only=True) as saver:
         tup = _checkpoint(saver, args, args.checkpoint)
     data = {
         "thread_id": args.thread,
@@ -139,7 +151,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     (default: the newest checkpoint); a list that only grew shows just its new items."""
     from statekeeper.threads import diff_values
 
-    with open_saver(args.db) as saver:
+    with open_saver(args.db, read_only=True) as saver:
         new = _checkpoint(saver, args, args.to)
         if args.from_:
             old = _checkpoint(saver, args, args.from_)

@@ -1,5 +1,9 @@
 """Commands that look after stored threads: ``prune`` and ``verify``, each with its
-arguments next to its handler."""
+arguments next to its handler.
+
+``verify`` opens the storage read-only (it works on a read-only mount and creates
+nothing) unless ``--repair`` or ``--quarantine`` is given.
+"""
 
 from __future__ import annotations
 
@@ -48,26 +52,29 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def add_verify(commands: Commands) -> None:
-    sub = commands.add("verify", cmd_verify, "check that every stored checkpoint loads intact")
+    sub = commands.add(
+        "verify", cmd_verify, "check every stored record against its checksum; exit 1 if damaged"
+    )
+    sub.add_argument(
+        "--repair",
+        action="store_true",
+        help="rebuild what intact records allow (indexes, missing checksums); opens read-write",
+    )
     sub.add_argument(
         "--quarantine", action="store_true", help="file:// only: move damaged files aside"
     )
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Load every checkpoint of every thread, checking every checksum; on ``file://``
-    storage first check every stored file and, with ``--quarantine``, move damaged ones
-    aside. Exits 1 when anything is damaged (also when it was just moved aside)."""
-    from statekeeper.checkpointers import FileCheckpointer
-
-    with open_saver(args.db) as saver:
-        problems: list[dict[str, Any]] = []
-        if isinstance(saver, FileCheckpointer):  # checks every stored file, not just reads
-            problems = _console.jsonable(saver.verify(quarantine=args.quarantine))
-        elif args.quarantine:
-            raise CommandError("--quarantine applies to file:// storage only")
+    """Check every stored record of every thread (``saver.verify()``), then load every
+    checkpoint; exit 1 when anything is damaged (also when it was just repaired or moved
+    aside). Opens the storage read-only unless ``--repair`` or ``--quarantine`` asks to
+    change it."""
+    changes = args.repair or args.quarantine
+    with open_saver(args.db, read_only=not changes) as saver:
+        problems = _verified(saver, args)
         threads = checked = 0
-        if not problems or args.quarantine:  # quarantine leaves only loadable checkpoints
+        if not problems or changes:  # repaired or quarantined: see what loads now
             threads, checked = _read_everything(saver, problems)
     data = {"threads": threads, "checkpoints": checked, "problems": problems}
 
@@ -76,14 +83,42 @@ def cmd_verify(args: argparse.Namespace) -> int:
         if not problems:
             return summary + "all intact"
         rows = [
-            (p.get("thread_id"), p.get("checkpoint_id"), p.get("path"), p.get("reason"))
+            (
+                p.get("thread_id"),
+                p.get("checkpoint_id"),
+                p.get("record"),
+                p.get("path"),
+                p.get("reason"),
+            )
             for p in problems
         ]
-        table = _console.table(["thread", "checkpoint", "file", "reason"], rows)
+        table = _console.table(["thread", "checkpoint", "record", "where", "reason"], rows)
         return f"{summary}{len(problems)} problems\n{table}"
 
     emit(args, data, text)
     return EXIT["failed"] if problems else EXIT["ok"]
+
+
+def _verified(saver: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """What ``saver.verify()`` finds damaged, as JSON data. A backend that cannot check
+    its records yet (``NotImplementedError``) is checked by loading everything only."""
+    from statekeeper.checkpointers import FileCheckpointer
+
+    options: dict[str, Any] = {"repair": args.repair}
+    if args.quarantine:
+        if not isinstance(saver, FileCheckpointer):
+            raise CommandError("--quarantine applies to file:// storage only")
+        options["quarantine"] = True
+    try:
+        damage = saver.verify(**options)
+    except NotImplementedError:
+        if args.repair:
+            raise CommandError(f"--repair: {type(saver).__name__} cannot repair yet") from None
+        return []
+    return [
+        {key: value for key, value in _console.jsonable(d).items() if value is not None}
+        for d in damage
+    ]
 
 
 def _read_everything(saver: Any, problems: list[dict[str, Any]]) -> tuple[int, int]:

@@ -39,7 +39,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
     from statekeeper.transfer import copy_threads
 
     bar, report = _progress("copy")
-    with open_saver(args.source) as source, open_saver(args.target) as target:
+    with open_saver(args.source, read_only=True) as source, open_saver(args.target) as target:
         try:
             stats = copy_threads(source, target, args.thread or None, progress=report)
         finally:
@@ -71,7 +71,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from statekeeper.transfer import export_threads
 
     bar, report = _progress("export")
-    with open_saver(args.db) as saver, _output(args.output) as out:
+    with open_saver(args.db, read_only=True) as saver, _output(args.output) as out:
         try:
             stats = export_threads(saver, out, args.thread or None, progress=report)
         finally:
