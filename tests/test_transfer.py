@@ -664,6 +664,25 @@ def _popen(canary: Path) -> bytes:
     return ormsgpack.packb(ormsgpack.Ext(1, ormsgpack.packb(call)))
 
 
+def _unknown_extension() -> bytes:
+    """A value with an msgpack extension code nothing writes: LangGraph reads it as None."""
+    return ormsgpack.packb(["kept", ormsgpack.Ext(42, b"lost")])
+
+
+def _unknown_inside_an_object() -> bytes:
+    """A pydantic model (as LangGraph encodes one) whose field holds an unknown extension."""
+    fields = {"content": ormsgpack.Ext(99, b""), "type": "human"}
+    model = ["langchain_core.messages.human", "HumanMessage", fields, "model_validate_json"]
+    return ormsgpack.packb(ormsgpack.Ext(5, ormsgpack.packb(model)))
+
+
+def _nested_dicts(depth: int) -> Any:
+    value: Any = "x"
+    for _ in range(depth):
+        value = {"k": value}
+    return value
+
+
 def _lc_json(canary: Path) -> bytes:
     obj = {"lc": 2, "type": "constructor", "id": ["os", "system"], "kwargs": {"x": str(canary)}}
     return json.dumps(obj).encode()
@@ -703,6 +722,31 @@ FORGED: list[tuple[str, Callable[[Any, Path], Any], str]] = [
         "bad-base64",
         lambda o, c: _set((1, "values", "a"), {"type": "msgpack", "data": "%%%"})(o),
         "not valid base64",
+    ),
+    (
+        "unknown-msgpack-extension-in-a-value",
+        lambda o, c: _set((1, "values", "a"), payload(_unknown_extension()))(o),
+        r"line 2: .*msgpack extension code 42.* refused rather than read with None",
+    ),
+    (
+        "unknown-msgpack-extension-inside-an-object",
+        lambda o, c: _set((1, "writes", 0, "value"), payload(_unknown_inside_an_object()))(o),
+        r"line 2: .*msgpack extension code 99",
+    ),
+    (
+        "900-deep-list-value",
+        lambda o, c: _set((1, "values", "a"), payload(b"\x91" * 900 + b"\x90"))(o),
+        "line 2: .*nested deeper than 255 levels",
+    ),
+    (
+        "900-deep-dict-in-a-write",
+        lambda o, c: _set((1, "writes", 0, "value"), payload(b"\x81\xa1k" * 900 + b"\x90"))(o),
+        "line 2: .*nested deeper than 255 levels",
+    ),
+    (
+        "deep-metadata",
+        lambda o, c: _set((1, "metadata", "deep"), _nested_dicts(600))(o),
+        "line 2: metadata.* is nested too deeply",
     ),
     ("duplicate-checkpoint", lambda o, c: o.insert(2, dict(o[1])), "line 3: .* appears twice"),
     ("unknown-field", lambda o, c: _set((1, "extra"), 1)(o), "unknown fields 'extra'"),

@@ -8,6 +8,7 @@ import enum
 import json
 from typing import Any
 
+import ormsgpack
 import pydantic
 import pytest
 from hypothesis import given
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
-from statekeeper._storage.payload import _scan, check_id, encode, safe_serde
+from statekeeper._storage.payload import MAX_DEPTH, _scan, check_id, decode, encode, safe_serde
 from statekeeper.backends.redis._client import pack
 from statekeeper.backends.redis._layout import Layout, _framed, version_part
 from statekeeper.checkpointers.semantics import dump_metadata
@@ -198,3 +199,126 @@ def test_value_fields_are_kept_per_exact_version_and_bad_channels_always_raise()
             layout.value_field("", ens, "a\ud800", "1")
         with pytest.raises(InvalidIdError):
             layout.value_field("", ens, True, "1")
+
+
+# -- values that LangGraph's msgpack would lose silently, and values nested too deeply ---
+
+
+class Holder(pydantic.BaseModel):
+    value: Any
+
+
+def nested_lists(depth: int, leaf: Any = "x") -> Any:
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+def nested_dicts(depth: int, leaf: Any = "x") -> Any:
+    for _ in range(depth):
+        leaf = {"k": leaf}
+    return leaf
+
+
+UNKNOWN_EXTENSIONS = [
+    pytest.param([1, ormsgpack.Ext(42, b"x")], "code 42", id="in-a-list"),
+    pytest.param({"deep": {"er": ormsgpack.Ext(120, b"")}}, "code 120", id="in-a-dict"),
+    pytest.param(Holder(value=ormsgpack.Ext(99, b"")), "code 99", id="in-a-model's-field"),
+    pytest.param(
+        {"a": ormsgpack.Ext(3, b"garbage")}, "code 3 that is not an object", id="bad-data"
+    ),
+]
+
+
+@pytest.mark.parametrize(("value", "what"), UNKNOWN_EXTENSIONS)
+def test_a_value_holding_an_unknown_msgpack_extension_is_refused_on_write(
+    value: Any, what: str
+) -> None:
+    with pytest.raises(SerializationError, match=f"holds an msgpack extension .*{what}"):
+        encode(SERDE, value, compress=False)
+
+
+def _model_bytes(fields: dict[str, Any]) -> bytes:
+    """What LangGraph writes for a pydantic model with ``fields``, built by hand so that
+    the fields may hold what no write makes."""
+    parts = [Holder.__module__, "Holder", fields, "model_validate_json"]
+    return ormsgpack.packb(ormsgpack.Ext(5, ormsgpack.packb(parts)))
+
+
+STORED_UNKNOWN = [
+    pytest.param(ormsgpack.packb([1, ormsgpack.Ext(42, b"xyz")]), "code 42", id="top-level"),
+    pytest.param(_model_bytes({"value": ormsgpack.Ext(99, b"")}), "code 99", id="in-an-object"),
+    pytest.param(
+        ormsgpack.packb({"a": ormsgpack.Ext(3, b"garbage")}), r"\(code 3\)", id="bad-data"
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "what"), STORED_UNKNOWN)
+def test_stored_bytes_with_an_unknown_msgpack_extension_are_refused_on_read(
+    data: bytes, what: str
+) -> None:
+    # LangGraph's own decoder reads each of these with None in the value's place
+    with pytest.raises(SerializationError, match=f"holds .*{what}.* refused rather than read"):
+        decode(SERDE, "msgpack", "", data)
+
+
+@pytest.mark.parametrize("nest", [nested_lists, nested_dicts], ids=["lists", "dicts"])
+def test_a_value_nested_deeper_than_the_limit_is_refused_on_write_and_on_read(nest: Any) -> None:
+    deepest = nest(MAX_DEPTH)
+    type_, codec, data = encode(SERDE, deepest, compress=False)
+    assert decode(SERDE, type_, codec, data) == deepest  # the limit itself round-trips
+    for depth in (MAX_DEPTH + 1, 900):
+        with pytest.raises(SerializationError, match=f"nested deeper than {MAX_DEPTH} levels"):
+            encode(SERDE, nest(depth), compress=False)
+    # bytes no write makes: a value 900 deep, as ormsgpack would read it whole
+    too_deep = {nested_lists: b"\x91" * 900 + b"\x90", nested_dicts: b"\x81\xa1k" * 900 + b"\x90"}
+    with pytest.raises(SerializationError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        decode(SERDE, "msgpack", "", too_deep[nest])
+
+
+def test_depth_is_counted_from_each_object_as_on_write() -> None:
+    # each object's fields are encoded apart, with a depth of their own
+    value = nested_lists(200, Holder(value=nested_lists(200)))
+    type_, codec, data = encode(SERDE, value, compress=True)
+    assert decode(SERDE, type_, codec, data) == value
+    # but bytes with a field deeper than any write makes are refused
+    # {"value": [[[...]]]} 300 deep, inside the model's parts, assembled byte by byte
+    fields = b"\x81" + ormsgpack.packb("value") + b"\x91" * 300 + b"\x90"
+    parts = b"\x94" + ormsgpack.packb(Holder.__module__) + ormsgpack.packb("Holder")
+    parts += fields + ormsgpack.packb("model_validate_json")
+    data = b"\xc9" + len(parts).to_bytes(4, "big") + b"\x05" + parts
+    with pytest.raises(SerializationError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        decode(SERDE, "msgpack", "", data)
+
+
+def test_deep_metadata_is_a_serialization_error_not_a_recursion_error() -> None:
+    with pytest.raises(SerializationError, match="must be JSON"):
+        dump_metadata({"x": nested_dicts(5000)})
+
+
+def test_every_backend_refuses_to_store_an_unknown_extension_and_stores_nothing(
+    saver: Any,
+) -> None:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+    def put(value: Any, parent: Any = None) -> Any:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"v": value}
+        checkpoint["channel_versions"] = {"v": saver.get_next_version(None)}
+        return saver.put(parent or config, checkpoint, {}, checkpoint["channel_versions"])
+
+    for bad in ([ormsgpack.Ext(42, b"x")], {"a": nested_lists(900)}):
+        with pytest.raises(SerializationError, match=r"code 42|nested deeper"):
+            put(bad)
+        assert saver.get_tuple(config) is None
+    first = put(["a", "b"])
+    # appended to a stored list: only the new items are encoded (an append delta)
+    with pytest.raises(SerializationError, match="code 42"):
+        put(["a", "b", "c", Holder(value=ormsgpack.Ext(42, b""))], first)
+    assert saver.get_tuple(config).checkpoint["channel_values"] == {"v": ["a", "b"]}
+    with pytest.raises(SerializationError, match="code 77"):
+        saver.put_writes(first, [("v", ormsgpack.Ext(77, b""))], "task")
+    assert saver.get_tuple(config).pending_writes == []

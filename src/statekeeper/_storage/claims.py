@@ -111,7 +111,6 @@ class LockFileClaims:
                 path.unlink()
             os.close(fd)
 
-
     def holder(self, thread_id: str) -> dict[str, Any] | None:
         """Who holds the claim on ``thread_id`` (``None``: nobody), without taking it and
         without creating anything. A lock file left by a holder that died is not held.
@@ -260,7 +259,8 @@ def _locked(fd: int) -> bool:
     devices = {
         fields[5].rpartition(":")[0]
         for fields in (line.split() for line in table.splitlines())
-        if len(fields) >= 6 and fields[1] == "FLOCK"
+        if len(fields) >= 6
+        and fields[1] == "FLOCK"
         and fields[5].rpartition(":")[2] == str(stat.st_ino)
     }
     if f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}" in devices:

@@ -23,6 +23,7 @@ from typing import Any
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.payload import EMPTY, dumps, ensure_exact, pack, unpack
+from statekeeper._storage.serde import check_extensions
 from statekeeper.errors import SerializationError
 
 __all__ = [
@@ -193,6 +194,7 @@ class ValuePlanner:
         full = StoredValue(channel, version, type_, codec, data, crc=checksum)
         if not is_array:
             ensure_exact(value, type_, raw)
+            check_extensions(value, type_, raw)
             return PlannedValue(full)
         whole = Remembered(version, raw, checksum, 0)
         previous = self.recent.get(key)
@@ -202,6 +204,9 @@ class ValuePlanner:
                 # The base's elements were checked when it was written: check the new ones.
                 added = value[_element_count(previous.data) :] if isinstance(value, list) else value
                 ensure_exact(added, type_, delta)
+                # the appended elements, after the delta's copy of the new array header
+                new = _element_count(raw) - _element_count(previous.data)
+                check_extensions(added, type_, delta[1 + delta[0] :], elements=new)
                 return PlannedValue(
                     StoredValue(
                         channel, version, type_, "append", delta, previous.version, checksum
@@ -212,6 +217,7 @@ class ValuePlanner:
                     remember_fallback=whole,
                 )
         ensure_exact(value, type_, raw)
+        check_extensions(value, type_, raw)
         return PlannedValue(full, remember=whole, remember_fallback=whole)
 
     def plan_new(

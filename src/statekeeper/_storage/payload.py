@@ -2,11 +2,18 @@
 
 All payloads go through the saver's ``serde`` (so ``EncryptedSerializer`` and
 ``with_allowlist`` keep working); nothing here pickles. On top of ``serde`` this module adds
-two guarantees shared by every backend:
+guarantees shared by every backend:
 
 * exactness: a value that ``serde`` would silently alter (LangGraph's msgpack encoder turns
   lone surrogates such as ``"\\ud800"`` into ``"?"``) raises :class:`SerializationError`
-  instead of being stored altered;
+  instead of being stored altered; so does a value holding an msgpack extension no reader
+  knows (an ``ormsgpack.Ext`` of another code would read back as ``None``);
+* bounded depth: a value nested deeper than :data:`MAX_DEPTH` levels is refused with
+  :class:`SerializationError` when written and when read (stored bytes that no write could
+  have made), never a raw ``RecursionError`` later;
+* no silent loss on read (with :func:`safe_serde`, the default): an unknown extension code,
+  or a numpy array that cannot be rebuilt, raises :class:`SerializationError` where
+  LangGraph's decoder would put ``None`` in its place;
 * compactness: payloads of at least :data:`COMPRESS_MIN_BYTES` are zlib-compressed when
   that saves space. The codec is stored next to the bytes, so reading never guesses.
 """
@@ -17,7 +24,6 @@ import dataclasses
 import datetime
 import json
 import re
-import sys
 import zlib
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -26,14 +32,21 @@ from typing import Any
 from uuid import UUID
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _create_msgpack_ext_hook
 from pydantic import BaseModel
 
+from statekeeper._storage.serde import (
+    MAX_DEPTH,
+    check_extensions,
+    safe_serde,
+    too_deep,
+    within_depth,
+)
 from statekeeper.errors import InvalidIdError, SerializationError
 
 __all__ = [
     "COMPRESS_MIN_BYTES",
     "EMPTY",
+    "MAX_DEPTH",
     "check_id",
     "decode",
     "dumps",
@@ -50,46 +63,17 @@ _ZLIB_LEVEL = 3  # close to level 6's ratio on chat text at about half its cost
 EMPTY = ("empty", "", b"")  # stored for a channel version that has no value
 
 
-def safe_serde() -> SerializerProtocol:
-    """The default serializer: LangGraph's, allowed to rebuild data types only.
-
-    LangGraph's default serializer imports any module and calls any callable named in the
-    stored bytes, so a crafted checkpoint can call ``os.system``. This one rebuilds
-    LangGraph's allowlisted types plus *data classes* — pydantic models, dataclasses,
-    enums and named tuples — from modules the process has already imported; anything
-    else comes back as inert data (with LangGraph's warning), and no module is imported.
-    State types are always loaded (the graph uses them), so graphs work unchanged.
-    """
-    hook = _create_msgpack_ext_hook(_LoadedDataTypes())  # type: ignore[arg-type]
-    return JsonPlusSerializer(allowed_msgpack_modules=None, __unpack_ext_hook__=hook)
-
-
-class _LoadedDataTypes:
-    """An allowlist, in the shape LangGraph's msgpack hook asks ``key in allowlist`` of."""
-
-    def __contains__(self, key: object) -> bool:
-        if not (isinstance(key, tuple) and len(key) == 2):
-            return False
-        module = sys.modules.get(key[0])  # never import: importing runs the module's code
-        cls = getattr(module, key[1], None) if module is not None else None
-        if not isinstance(cls, type):
-            return False
-        return (
-            issubclass(cls, BaseModel | Enum)
-            or dataclasses.is_dataclass(cls)
-            or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
-        )
-
-
 def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[str, str, bytes]:
     """Serialise ``value`` to ``(type, codec, bytes)``: :func:`dumps`, checked by
-    :func:`ensure_exact`, then packed by :func:`pack`.
+    :func:`ensure_exact` and :func:`check_extensions`, then packed by :func:`pack`.
 
     Raises:
-        SerializationError: ``serde`` cannot encode the value, or would alter it.
+        SerializationError: ``serde`` cannot encode the value, would alter it, or it is
+            nested deeper than :data:`MAX_DEPTH` levels.
     """
     type_, data = dumps(serde, value)
     ensure_exact(value, type_, data)
+    check_extensions(value, type_, data)
     return (type_, *pack(data, compress=compress))
 
 
@@ -98,6 +82,11 @@ def dumps(serde: SerializerProtocol, value: Any) -> tuple[str, bytes]:
     try:
         return serde.dumps_typed(value)
     except Exception as exc:  # serde raises TypeError, ormsgpack errors, ...
+        if too_deep(exc):
+            raise SerializationError(
+                f"cannot serialise a {type(value).__name__}: it is nested deeper than "
+                f"{MAX_DEPTH} levels; store it flatter (e.g. as JSON text)"
+            ) from exc
         where = _find_surrogate(value, "value")
         detail = f"the string at {where} contains a lone surrogate" if where else str(exc)
         raise SerializationError(
@@ -168,14 +157,23 @@ def decode(serde: SerializerProtocol, type_: str, codec: str, data: bytes) -> An
 
 
 def loads(serde: SerializerProtocol, type_: str, data: bytes) -> Any:
-    """``serde.loads_typed((type_, data))``, with its failures as SerializationError."""
+    """``serde.loads_typed((type_, data))``, with its failures as SerializationError, and
+    a value nested deeper than any write allows (:data:`MAX_DEPTH`) refused too."""
     try:
-        return serde.loads_typed((type_, data))
+        value = serde.loads_typed((type_, data))
+    except SerializationError:
+        raise
     except Exception as exc:
         raise SerializationError(
             f"cannot deserialise a stored {type_!r} payload: {exc}; it is corrupt or was "
             "written with another serde (e.g. a different encryption key)"
         ) from exc
+    if len(data) > MAX_DEPTH and not within_depth(value):  # deeper takes more bytes
+        raise SerializationError(
+            f"a stored {type_!r} payload is nested deeper than {MAX_DEPTH} levels, deeper "
+            "than any value statekeeper writes: it is corrupt or was crafted"
+        )
+    return value
 
 
 def check_id(value: object, what: str, *, allow_empty: bool = False) -> str:

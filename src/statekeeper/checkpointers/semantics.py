@@ -140,11 +140,12 @@ def dump_metadata(metadata: dict[str, Any]) -> str:
     """Metadata as canonical JSON text (sorted keys, ASCII, so any string survives).
 
     Raises:
-        SerializationError: a value is not JSON (NaN, a datetime, an object...).
+        SerializationError: a value is not JSON (NaN, a datetime, an object...), or is
+            nested too deeply to encode.
     """
     try:
         return _METADATA_JSON.encode(metadata)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
             f"checkpoint metadata must be JSON (str, int, float, bool, None, lists and "
             f"dicts of them): {exc}"

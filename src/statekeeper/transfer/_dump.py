@@ -52,6 +52,7 @@ _RECORD = {
 }
 _WRITE = {"task_id", "task_path", "channel", "value"}
 _TRAILER = {"kind", "threads", "checkpoints", "writes", "sha256"}
+_MAX_JSON_DEPTH = 100  # checkpoint fields and metadata (LangGraph's are a few levels deep)
 
 
 def checked_id(value: object, what: str, *, allow_empty: bool = False) -> str:
@@ -163,8 +164,11 @@ class DumpWriter:
 def _plain(value: Any, what: str, depth: int = 0) -> Any:
     """``value`` if JSON keeps it exactly (dicts with text keys, lists, text, finite
     numbers, booleans, None), else :class:`SerializationError` naming where it is not."""
-    if depth > 100:
-        raise SerializationError(f"{what} is nested too deeply to be dumped")
+    if depth > _MAX_JSON_DEPTH:
+        raise SerializationError(
+            f"{what} is nested too deeply: a dump holds checkpoints and metadata nested at "
+            f"most {_MAX_JSON_DEPTH} levels deep"
+        )
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
@@ -306,7 +310,9 @@ class _Reader:
         parent_id = obj["parent_id"]
         if parent_id is not None:
             parent_id = checked_id(parent_id, "parent_id")
-        fields = _checkpoint_fields(obj["checkpoint"])
+        # nested no deeper than an export writes (a write of deeper metadata could fail
+        # with a RecursionError halfway through the import)
+        fields = _checkpoint_fields(_plain(obj["checkpoint"], "checkpoint"))
         changed = _versions(obj["new_versions"], "new_versions")
         thread = self.enter(thread_id)
         thread.place(number, (ns, checkpoint_id), parent_id, fields["channel_versions"], changed)
@@ -323,7 +329,8 @@ class _Reader:
         counts[thread_id] = counts.get(thread_id, 0) + 1
         self.contents.writes += len(writes)
         checkpoint: Checkpoint = {**fields, "id": checkpoint_id, "channel_values": values}  # type: ignore[typeddict-item]
-        metadata: CheckpointMetadata = _object(obj["metadata"], "metadata")  # type: ignore[assignment]
+        plain_metadata = _object(_plain(obj["metadata"], "metadata"), "metadata")
+        metadata: CheckpointMetadata = plain_metadata  # type: ignore[assignment]
         return Record(thread_id, ns, parent_id, checkpoint, metadata, changed, writes)
 
     def enter(self, thread_id: str) -> _Thread:
