@@ -110,3 +110,23 @@ def test_thread_growth_runs(tmp_path: Path) -> None:
     out = _run("thread_growth.py", "--sizes", "10", "--samples", "3", cwd=tmp_path)
     assert "file" in out
     assert "sqlite" in out
+
+
+@pytest.mark.slow
+def test_contention_runs_and_its_guarantees_hold(tmp_path: Path) -> None:
+    out = _run(
+        "contention.py",
+        *("--processes", "2", "--seconds", "1", "--backends", "sqlite,file"),
+        *("--modes", "enqueue,reject,none", "--json"),
+        cwd=tmp_path,
+    )
+    rows = json.loads(out)["results"]
+    assert [(r["backend"], r["mode"]) for r in rows] == [
+        (backend, mode) for backend in ("sqlite", "file") for mode in ("enqueue", "reject", "none")
+    ]
+    for row in rows:
+        assert row["runs"] > 0
+        if row["mode"] != "none":
+            assert row["holds"], row
+            assert row["found"] == row["expected"]
+            assert row["refused_with_checkpoints"] == 0

@@ -93,6 +93,9 @@ class LockFileClaims:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     holder = _read_holder(fd)
+                    if not holder:  # locked, not yet described: the holder writes it next
+                        time.sleep(0.001)
+                        holder = _read_holder(fd)
                     os.close(fd)
                     raise busy_error(thread_id, holder) from None
                 if _same_file(fd, path):

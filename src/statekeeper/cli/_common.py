@@ -125,8 +125,7 @@ def open_saver(url: str, *, read_only: bool = False) -> Any:
         return open_checkpointer(url, **options)
     except StorageNotFoundError as exc:
         raise StorageNotFoundError(
-            f"no database at {redact(url)} (nothing was created); check --db or "
-            "STATEKEEPER_DB"
+            f"no database at {redact(url)} (nothing was created); check --db or STATEKEEPER_DB"
         ) from exc
 
 
