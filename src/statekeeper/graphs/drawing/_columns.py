@@ -132,7 +132,7 @@ def horizontal(ordering: Ordering, sizes: Sizes) -> list[float]:
     for cluster, (left, right) in bounds.items():
         constraints.add(left, right, sizes.clusters[cluster] + 2 * PAD)
     packed_left, packed_right = constraints.packed(left=True), constraints.packed(left=False)
-    shift = max(packed_left) - max(packed_right)
+    shift = max(packed_left, default=0.0) - max(packed_right, default=0.0)
     x = [(a + b + shift) / 2 for a, b in zip(packed_left, packed_right, strict=True)]
     outer_first = [bounds[c] for c in ordering.clusters]
     for n in range(PASSES + 1):

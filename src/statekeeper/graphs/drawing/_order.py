@@ -305,12 +305,36 @@ def _sweep(
 
 
 def _crossings(layers: list[list[int]], down: Neighbours) -> int:
+    """How many pairs of segments between adjacent layers cross: for each segment, the
+    earlier-starting ones that end further right (counted with a Fenwick tree)."""
     total = 0
     for upper, lower in pairwise(layers):
         position = {i: p for p, i in enumerate(lower)}
         segments = sorted((p, position[j]) for p, i in enumerate(upper) for j, _ in down[i])
-        for a, (top_a, bottom_a) in enumerate(segments):
-            total += sum(
-                1 for top_b, bottom_b in segments[a + 1 :] if top_b > top_a and bottom_b < bottom_a
-            )
+        tree = [0] * (len(lower) + 1)
+        start = 0
+        while start < len(segments):
+            stop = start
+            while stop < len(segments) and segments[stop][0] == segments[start][0]:
+                stop += 1
+            group = segments[start:stop]  # same upper end: they do not cross each other
+            for _, end in group:
+                total += start - _count_upto(tree, end + 1)  # earlier ones ending right of it
+            for _, end in group:
+                _add(tree, end + 1)
+            start = stop
+    return total
+
+
+def _add(tree: list[int], index: int) -> None:
+    while index < len(tree):
+        tree[index] += 1
+        index += index & -index
+
+
+def _count_upto(tree: list[int], index: int) -> int:
+    total = 0
+    while index > 0:
+        total += tree[index]
+        index -= index & -index
     return total
