@@ -6,8 +6,9 @@
 >>> svg = render_svg(drawable, current={"agent"}, next={"tools"})  # doctest: +SKIP
 
 Each function takes LangGraph's drawable graph, ``compiled.get_graph(xray=...)`` (a
-``langchain_core.runnables.graph.Graph``). Nothing is fetched and nothing is imported
-beyond the standard library: LangGraph's own ``draw_mermaid_png`` calls a web service.
+``langchain_core.runnables.graph.Graph``). Nothing is fetched and no drawing library is
+used (LangGraph's own ``draw_mermaid_png`` calls a web service; ``draw_ascii`` needs
+grandalf): the layout is a small Sugiyama-style one of this package.
 
 Guarantees:
 
@@ -22,9 +23,12 @@ Guarantees:
   resource or ``<style>`` element (colours are presentation attributes, which a
   Content-Security-Policy of ``default-src 'self'`` allows). Long names are cut with an
   ellipsis in the box; the full name is the node's ``<title>`` (its tooltip).
-- **Addressable**: every node is a ``<g class="node" id="sk-node-NAME" data-node="NAME">``;
-  every edge a ``<g class="edge">`` (``conditional`` ones dashed, ``back`` ones going up)
-  with ``data-source`` and ``data-target``; every subgraph a ``<g class="cluster">``.
+- **Addressable**: every node is a ``<g class="node" id="sk-node-NAME" data-node="NAME">``
+  (``data-node``: the node id, hidden characters escaped as above; ``id``: unique, made of
+  letters, digits, ``_.-``, with a hash of the name when the name has other characters);
+  every edge a ``<g class="edge">`` (``conditional`` ones dashed, ``back`` ones going up,
+  ``loop``) with ``data-source`` and ``data-target``; every subgraph a
+  ``<g class="cluster" data-cluster="child">``.
 """
 
 from __future__ import annotations
