@@ -37,6 +37,7 @@ SURFACE = {
     "memory stats": "--since --store --thread --until --window",
     "memory export": "--namespace --store --thread -o/--output",
     "memory eval": "DATASET.json --budget --k --min-score --store",
+    "graph": "REF --format --xray -o/--output",
     "demo": "--graph --redis --workdir",
 }
 

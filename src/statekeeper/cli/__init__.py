@@ -30,7 +30,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from statekeeper.cli import demo, inspect, maintenance, memory, runs, transfer
+from statekeeper.cli import demo, graph, inspect, maintenance, memory, runs, transfer
 from statekeeper.cli._common import EXIT, REPORTED, Adder, Commands, IncompleteCommand, exit_code
 
 __all__ = ["EXIT", "build_parser", "main"]
@@ -53,6 +53,7 @@ _COMMANDS: tuple[Adder, ...] = (
     maintenance.add_verify,
     runs.add_migrate,
     memory.add_memory,
+    graph.add_graph,
     demo.add_demo,
 )
 
