@@ -30,7 +30,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from statekeeper.cli import demo, inspect, maintenance, memory, runs, transfer
+from statekeeper.cli import demo, inspect, maintenance, memory, runs, transfer, ui
 from statekeeper.cli._common import EXIT, REPORTED, Adder, Commands, IncompleteCommand, exit_code
 
 __all__ = ["EXIT", "build_parser", "main"]
@@ -54,6 +54,7 @@ _COMMANDS: tuple[Adder, ...] = (
     runs.add_migrate,
     memory.add_memory,
     demo.add_demo,
+    ui.add_ui,
 )
 
 
