@@ -37,8 +37,8 @@ from tests.conftest import BACKENDS, Backend
 REF = "tests.ui.graphs:chat"
 TOKEN = "test-token-0123456789"
 BASE = "http://127.0.0.1:8765"
-HOSTILE_ID = "<script>alert(\"id\")</script>'\"\u202etxt.exe"
-HOSTILE_TEXT = "<script>alert(\"msg\")</script><img src=x onerror=alert(2)> \"q\" 'q' \u202eevil"
+HOSTILE_ID = '<script>alert("id")</script>\'"\u202etxt.exe'
+HOSTILE_TEXT = '<script>alert("msg")</script><img src=x onerror=alert(2)> "q" \'q\' \u202eevil'
 HOSTILE_META = {"note": "<script>alert('meta')</script>", "<b>k</b>": "\u202ertl"}
 QUESTION = {"messages": [{"role": "user", "content": "Where is order 1042?"}]}
 NOTES_NS = ("notes", "done")
@@ -105,12 +105,20 @@ def _note(text: str, when: datetime.datetime, checkpoint_id: str, **fact: Any) -
 
 def populate_store(store: Any, checkpoint_id: str) -> dict[str, str]:
     old = write_note(
-        store, NOTES_NS, _note("Ana lives in Lisbon", T0, checkpoint_id, subject="Ana", attribute="home")
+        store,
+        NOTES_NS,
+        _note("Ana lives in Lisbon", T0, checkpoint_id, subject="Ana", attribute="home"),
     )
     new = write_note(
         store,
         NOTES_NS,
-        _note("Ana lives in Porto", T0 + datetime.timedelta(days=2), checkpoint_id, subject="Ana", attribute="home"),
+        _note(
+            "Ana lives in Porto",
+            T0 + datetime.timedelta(days=2),
+            checkpoint_id,
+            subject="Ana",
+            attribute="home",
+        ),
     )
     hostile = write_note(store, NOTES_NS, _note(HOSTILE_TEXT, T0, checkpoint_id))
     store.put(("misc",), "plain", {"hello": "<i>world</i>"})
@@ -162,7 +170,9 @@ def store_url(backend: Backend, url: str, tmp: Path) -> str:
 
 
 @pytest.fixture(scope="module", params=BACKENDS, ids=str)
-def dataset(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dataset]:
+def dataset(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Dataset]:
     """The stored threads and notes of this module's tests, built once per backend."""
     backend: Backend = request.param
     tmp = tmp_path_factory.mktemp(backend.name)

@@ -77,7 +77,7 @@ def test_threads_lists_every_thread_with_its_status(client: Any) -> None:
     for thread_id in ("done", "waiting", "forked"):
         assert f'href="/thread?thread={thread_id}"' in text
     # the bidi override is shown as a mark, not applied
-    assert escape("<script>alert(\"id\")</script>'\"") in text
+    assert escape('<script>alert("id")</script>\'"') in text
     assert '<span class="ctl">&lt;U+202E&gt;</span>txt.exe' in text
     assert "\u202e" not in text
 
@@ -139,15 +139,18 @@ def test_a_forked_thread_is_a_tree_with_its_head_marked(client: Any, dataset: Da
     assert fork_point["checkpoint_id"] == dataset.fork_source
     # the branch the head is on continues the main line; the first run is the side branch
     (side,) = fork_point["branches"]
-    assert side[0]["ran"] == ["ask"] and side[0]["source"] == "loop"
+    assert side[0]["ran"] == ["ask"]
+    assert side[0]["source"] == "loop"
     after = main[main.index(fork_point) + 1]
-    assert after["source"] == "fork" and after["ran"] == []
+    assert after["source"] == "fork"
+    assert after["ran"] == []
     heads = [node for node in _nodes(main) if node["head"]]
     assert [node["checkpoint_id"] for node in heads] == [main[-1]["checkpoint_id"]]
     assert main[-1]["ran"] == ["finish"]
     assert len(_nodes(main)) == root["count"]
     # subgraph checkpoints are grouped under their namespaces
-    assert subgraphs and all(ns["checkpoint_ns"].startswith("research:") for ns in subgraphs)
+    assert subgraphs
+    assert all(ns["checkpoint_ns"].startswith("research:") for ns in subgraphs)
     text = _page(client, "/thread", thread="forked")
     assert text.count('class="fork-branch"') == 1
     assert text.count('class="badge head"') == 1 + len(subgraphs)
@@ -157,7 +160,10 @@ def test_a_forked_thread_is_a_tree_with_its_head_marked(client: Any, dataset: Da
 def test_a_waiting_thread_shows_its_interrupt(client: Any) -> None:
     data = _api(client, "/thread", thread="waiting")
     assert data["summary"]["status"] == "interrupted"
-    assert data["interrupts"][0]["value"] == {"question": "Send the reply?", "draft": "looked it up"}
+    assert data["interrupts"][0]["value"] == {
+        "question": "Send the reply?",
+        "draft": "looked it up",
+    }
     text = _page(client, "/thread", thread="waiting")
     assert "Waiting at an interrupt()" in text
     assert "/actions/resume" not in text  # read-only: no form
@@ -174,23 +180,29 @@ def test_an_unknown_thread_is_a_404_page(client: Any) -> None:
 # -- a checkpoint -------------------------------------------------------------------------
 
 
-def test_a_checkpoint_shows_state_chat_diff_writes_and_metadata(client: Any, dataset: Dataset) -> None:
+def test_a_checkpoint_shows_state_chat_diff_writes_and_metadata(
+    client: Any, dataset: Dataset
+) -> None:
     data = _api(client, "/checkpoint", thread="done")
     assert data["checkpoint_id"] == dataset.done_head
     assert data["metadata"]["statekeeper_graph"] == REF
     assert [m["type"] for m in data["state"]["messages"]] == ["human", "ai", "tool", "ai", "ai"]
     assert data["state"]["answer"] == "yes"
-    assert data["ran"] == ["finish"] and data["next"] == []
+    assert data["ran"] == ["finish"]
+    assert data["next"] == []
     (change,) = data["diff"]["changes"]
     assert (change["channel"], change["kind"]) == ("messages", "appended")
     assert change["new"][0]["content"] == "(reply sent)"
-    assert change["count_before"] == 4 and change["count_after"] == 5
+    assert change["count_before"] == 4
+    assert change["count_after"] == 5
     assert change["size_after"] > change["size_before"]
     text = _page(client, "/checkpoint", thread="done")
-    assert 'class="chat"' in text and 'class="msg role-ai"' in text
+    assert 'class="chat"' in text
+    assert 'class="msg role-ai"' in text
     assert "calls <b><bdi>lookup</bdi></b>" in text
-    assert "answers <code class=\"mid\">call-1</code>" in text
-    assert 'id="diff"' in text and "appended" in text
+    assert 'answers <code class="mid">call-1</code>' in text
+    assert 'id="diff"' in text
+    assert "appended" in text
 
 
 def test_a_diff_against_any_chosen_checkpoint(client: Any, dataset: Dataset) -> None:
@@ -199,7 +211,8 @@ def test_a_diff_against_any_chosen_checkpoint(client: Any, dataset: Dataset) -> 
     kinds = {c["channel"]: c["kind"] for c in data["diff"]["changes"]}
     assert kinds == {"answer": "added", "messages": "appended"}
     first = _api(client, "/checkpoint", thread="done", id=_oldest(dataset, "done"))
-    assert first["diff"]["against"] is None and first["parent_id"] is None
+    assert first["diff"]["against"] is None
+    assert first["parent_id"] is None
 
 
 def _oldest(dataset: Dataset, thread_id: str) -> str:
@@ -244,7 +257,8 @@ def test_interrupts_lists_the_waiting_threads_with_what_they_ask(client: Any) ->
     data = _api(client, "/interrupts")
     assert sorted(row["thread_id"] for row in data["waiting"]) == sorted(["waiting", HOSTILE_ID])
     assert data["waiting"][0]["interrupts"][0]["value"]["question"] == "Send the reply?"
-    assert data["unfinished"] == [] and data["unreadable"] == []
+    assert data["unfinished"] == []
+    assert data["unreadable"] == []
     text = _page(client, "/interrupts")
     assert "Send the reply?" in text
     assert "/actions/resume" not in text
@@ -253,7 +267,8 @@ def test_interrupts_lists_the_waiting_threads_with_what_they_ask(client: Any) ->
 def test_the_graph_of_a_thread_with_its_next_node(client: Any) -> None:
     data = _api(client, "/graph", thread="waiting")
     assert data["ref"] == REF
-    assert data["next"] == ["ask"] and data["current"] == ["research"]
+    assert data["next"] == ["ask"]
+    assert data["current"] == ["research"]
     assert {"agent", "tools", "research", "ask", "finish"} <= set(data["nodes"])
     assert {"source": "ask", "target": "finish", "conditional": False} in data["edges"]
     text = _page(client, "/graph", thread="waiting")
@@ -268,7 +283,8 @@ def test_the_graph_of_a_thread_with_its_next_node(client: Any) -> None:
 
 def test_memory_shows_namespaces_and_stats(client: Any) -> None:
     data = _api(client, "/memory")
-    assert list(NOTES_NS) in data["namespaces"] and ["misc"] in data["namespaces"]
+    assert list(NOTES_NS) in data["namespaces"]
+    assert ["misc"] in data["namespaces"]
     assert all(ns[:2] == ["statekeeper", "log"] for ns in data["log_namespaces"])
     overall = data["stats"]["overall"]
     assert (overall["recalls"], overall["compactions"], overall["tokens_saved"]) == (3, 1, 520)
@@ -281,8 +297,10 @@ def test_notes_show_provenance_validity_and_supersede_chains(client: Any, datase
     data = _api(client, "/memory/notes", ns=list(NOTES_NS))
     by_key = {item["key"]: item for item in data["items"]}
     old, new = by_key[dataset.note_keys["old"]], by_key[dataset.note_keys["new"]]
-    assert old["note"]["superseded_by"] == new["key"] and old["holds_now"] is False
-    assert new["note"]["supersedes"] == [old["key"]] and new["holds_now"] is True
+    assert old["note"]["superseded_by"] == new["key"]
+    assert old["holds_now"] is False
+    assert new["note"]["supersedes"] == [old["key"]]
+    assert new["holds_now"] is True
     assert new["note"]["provenance"]["checkpoint_id"] == dataset.done_head
     text = _page(client, "/memory/notes", ns=list(NOTES_NS))
     assert escape(HOSTILE_TEXT) in text

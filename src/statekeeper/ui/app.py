@@ -131,7 +131,9 @@ class Inspector:
                 self._store = self.options.store()
             return self._store
 
-    def checkpoint(self, thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> CheckpointTuple:
+    def checkpoint(
+        self, thread_id: str, ns: str = "", checkpoint_id: str | None = None
+    ) -> CheckpointTuple:
         """The checkpoint ``checkpoint_id`` (default: the newest) of ``thread_id`` in
         namespace ``ns``.
 
@@ -144,11 +146,17 @@ class Inspector:
         tup = self.saver.get_tuple({"configurable": configurable})
         if tup is None:
             what = f"checkpoint {checkpoint_id!r} in thread" if checkpoint_id else "thread"
-            raise ThreadNotFoundError(f"no {what} {thread_id!r}" + (f" (namespace {ns!r})" if ns else ""))
+            raise ThreadNotFoundError(
+                f"no {what} {thread_id!r}" + (f" (namespace {ns!r})" if ns else "")
+            )
         return tup
 
     def respond(self, request: Request, page: Page) -> Response:
-        common = {"write": self.write, "label": self.options.label, "graph_ref": self.options.graph_ref}
+        common = {
+            "write": self.write,
+            "label": self.options.label,
+            "graph_ref": self.options.graph_ref,
+        }
         return respond(request, page, self.env, common)
 
 
@@ -267,7 +275,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     """Unknown paths (404), wrong methods (405) and bad bodies (400, 413), as pages."""
     assert isinstance(exc, HTTPException)
     inspector: Inspector = request.app.state.inspector
-    data = {"error": "HTTPException", "message": exc.detail, "status": exc.status_code, "damage": None}
+    data = {
+        "error": "HTTPException",
+        "message": exc.detail,
+        "status": exc.status_code,
+        "damage": None,
+    }
     page = Page("error.html", data, status=exc.status_code, title=f"{exc.status_code}")
     response = inspector.respond(request, page)
     if exc.headers:

@@ -36,7 +36,9 @@ _RESUMABLE = ("interrupted", "failed", "pending")
 def interrupts(inspector: Inspector, request: Request, form: Form) -> Page:
     """Every thread waiting at an ``interrupt()``, with what it asks; then the other
     threads with work left (failed or pending), which resume without an answer."""
-    waiting, unfinished, unreadable = [], [], []
+    waiting: list[dict[str, Any]] = []
+    unfinished: list[dict[str, Any]] = []
+    unreadable: list[dict[str, str]] = []
     for thread_id in list_threads(inspector.saver):
         try:
             tup = inspector.saver.get_tuple(
@@ -137,7 +139,9 @@ def _edited_values(inspector: Inspector, form: Form, thread_id: str, checkpoint_
             raise ConfigurationError(f"the edited state is not JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigurationError("the edited state must be a JSON object of fields")
-    stored, _ = split_channels(inspector.checkpoint(thread_id, "", checkpoint_id).checkpoint["channel_values"])
+    stored, _ = split_channels(
+        inspector.checkpoint(thread_id, "", checkpoint_id).checkpoint["channel_values"]
+    )
     values = {
         key: stored[key] if key in stored and plain(stored[key]) == value else value
         for key, value in raw.items()
@@ -150,7 +154,12 @@ def fork(inspector: Inspector, request: Request, form: Form) -> Page | Response:
     """Fork ``thread`` at ``checkpoint`` (``statekeeper fork``) into ``to`` (default: the
     same thread), with the edited state ``values`` when they differ from the stored."""
     thread_id, checkpoint_id = form.fields.get("thread"), form.fields.get("checkpoint")
-    if not (isinstance(thread_id, str) and thread_id and isinstance(checkpoint_id, str) and checkpoint_id):
+    if not (
+        isinstance(thread_id, str)
+        and thread_id
+        and isinstance(checkpoint_id, str)
+        and checkpoint_id
+    ):
         raise ConfigurationError("a fork needs the thread and checkpoint fields")
     target = form.fields.get("to") or None
     if target is not None and not isinstance(target, str):

@@ -211,9 +211,7 @@ def memory_charts(windows: Sequence[Any]) -> list[Chart]:
     """The charts of the memory page from ``MemoryStats.windows`` (``StatsRow``s, oldest
     first): recall hit rate (recalls that returned a note), staleness (stale notes left
     out), and tokens saved by compaction."""
-    hit = [
-        (row.group, 1.0 - row.empty_share if row.recalls else None) for row in windows
-    ]
+    hit = [(row.group, 1.0 - row.empty_share if row.recalls else None) for row in windows]
     stale = [(row.group, row.stale_share) for row in windows]
     saved = [(row.group, float(row.tokens_saved) if row.compactions else None) for row in windows]
     return [

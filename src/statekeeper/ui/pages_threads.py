@@ -74,7 +74,9 @@ def _limit(text: str) -> int:
 
 def _row(inspector: Inspector, thread_id: str) -> Row:
     try:
-        tup = inspector.saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
+        tup = inspector.saver.get_tuple(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        )
     except StatekeeperError as exc:
         return Row(thread_id, None, f"{type(exc).__name__}: {exc}")
     if tup is None:  # only subgraph checkpoints, or deleted since it was listed

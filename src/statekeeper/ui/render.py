@@ -50,7 +50,9 @@ def wants_json(request: Request) -> bool:
     return "application/json" in accept and "text/html" not in accept
 
 
-def respond(request: Request, page: Page, env: jinja2.Environment, common: dict[str, Any]) -> Response:
+def respond(
+    request: Request, page: Page, env: jinja2.Environment, common: dict[str, Any]
+) -> Response:
     """``page`` as JSON or HTML (see :func:`wants_json`)."""
     if wants_json(request):
         return json_response(page.data, page.status)

@@ -157,8 +157,6 @@ def _branch(
             break
         on_path = [kid for kid in kids if kid in to_head]
         main = on_path[0] if on_path else kids[-1]  # kids are sorted: the last is newest
-        node.branches = [
-            _branch(kid, nodes, children, to_head) for kid in kids if kid != main
-        ]
+        node.branches = [_branch(kid, nodes, children, to_head) for kid in kids if kid != main]
         current = main
     return branch

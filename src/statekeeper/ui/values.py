@@ -145,7 +145,7 @@ class ChannelChange:
 
 def channel_change(change: Change, old_values: Mapping[str, Any]) -> ChannelChange:
     """``change`` (from ``threads.diff_values(old_values, ...)``) ready to show."""
-    before = old_values.get(change.channel) if change.kind != "added" else None
+    before: Any = old_values.get(change.channel) if change.kind != "added" else None
     if change.kind == "appended":
         after: Any = [*before, *change.new]
     elif change.kind == "removed":
