@@ -46,8 +46,9 @@ def add_ui(commands: Commands) -> None:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    """Serve the inspector over ``--db`` until Ctrl-C; exit 2 when the ``ui`` extra is
-    not installed or the address cannot be bound."""
+    """Serve the inspector over ``--db`` until Ctrl-C (then exit 0); exit 2 when the
+    ``ui`` extra is not installed, ``--graph`` cannot be loaded or the address cannot be
+    bound."""
     try:
         from statekeeper.ui import UIOptions, create_app, new_token
         from statekeeper.ui.security import allowed_hosts_for
@@ -57,6 +58,13 @@ def cmd_ui(args: argparse.Namespace) -> int:
             raise
         print("statekeeper ui: needs pip install 'statekeeper[ui]'", file=sys.stderr)
         return EXIT["usage"]
+    if args.graph is not None:
+        # imported now: a bad reference fails here, and the stored values of the types
+        # its module defines are decoded as those types (the serde rebuilds only types
+        # of modules already imported)
+        from statekeeper.graphs import load_graph
+
+        load_graph(args.graph)
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
@@ -82,6 +90,8 @@ def cmd_ui(args: argparse.Namespace) -> int:
             webbrowser.open(url)
         try:
             serve(create_app(options), sock)
+        except KeyboardInterrupt:
+            pass  # Ctrl-C is how the inspector is meant to stop
         finally:
             for store in opened:
                 store.close()

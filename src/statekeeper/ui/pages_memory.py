@@ -140,6 +140,7 @@ def note(inspector: Inspector, request: Request, form: Form) -> Page:
 WIDTH = 320
 HEIGHT = 96
 _LABEL = 14  # room under the bars for the first and last window's date
+_TOP = 12  # room above them for the value of the full height
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,7 @@ class Chart:
 
     @property
     def plot_height(self) -> int:
+        """Where the bars stand: the baseline's y."""
         return self.height - _LABEL
 
 
@@ -177,7 +179,7 @@ def chart(
     the largest value)."""
     values = [value for _, value in windows if value is not None]
     scale = top if top is not None else max(values, default=0.0)
-    plot = HEIGHT - _LABEL
+    plot = HEIGHT - _LABEL - _TOP
     slot = WIDTH / max(len(windows), 1)
     bars = []
     for index, (label, value) in enumerate(windows):
@@ -188,7 +190,7 @@ def chart(
         bars.append(
             Bar(
                 x=round(index * slot + slot * 0.1, 2),
-                y=round(plot - height, 2),
+                y=round(_TOP + plot - height, 2),
                 width=round(slot * 0.8, 2),
                 height=round(height, 2),
                 label=f"{label}: {shown(value)}",

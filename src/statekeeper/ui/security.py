@@ -14,13 +14,13 @@ request passes through :class:`Guard`, an ASGI middleware, in this order:
    (no page can set that header on a cross-origin request without a CORS preflight, which
    is never granted). Anything else is refused (401), except the vendored static files.
 3. **CSRF**: a request that is not GET or HEAD must come from the inspector's own pages:
-   its ``Origin`` must be the inspector's origin, or, when a client sends no ``Origin``,
-   ``Sec-Fetch-Site`` must be ``same-origin``; a request with neither is refused (403),
-   unless it authenticates with the ``Authorization`` header (which a browser never sends
-   on its own).
+   its ``Origin`` must be the inspector's origin, or, when a client sends no ``Origin``
+   or ``Origin: null``, ``Sec-Fetch-Site`` must be ``same-origin``; anything else is
+   refused (403), unless it authenticates with the ``Authorization`` header (which a
+   browser never sends on its own).
 4. **Headers** on every response: ``Content-Security-Policy`` (``default-src 'self'``: no
    inline script, no third-party resource, no framing), ``X-Frame-Options: DENY``,
-   ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer``,
+   ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: same-origin``,
    ``Cache-Control: no-store``. No CORS header is ever sent.
 """
 
@@ -59,7 +59,7 @@ SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-frame-options": "DENY",
     "x-content-type-options": "nosniff",
-    "referrer-policy": "no-referrer",
+    "referrer-policy": "same-origin",  # no-referrer would make forms send Origin: null
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
@@ -184,7 +184,9 @@ class Guard:
 
     def _cross_site(self, headers: Headers) -> Response | None:
         origin = headers.get("origin")
-        if origin is not None:
+        # "null": a browser hides the origin (a sandboxed frame, a redirect across sites,
+        # a page whose referrer policy is no-referrer): only Sec-Fetch-Site can tell then
+        if origin is not None and origin != "null":
             scheme, _, host = origin.partition("://")
             if scheme in ("http", "https") and self._host_allowed(host):
                 return None
