@@ -63,6 +63,14 @@ def test_a_taken_port_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
+def test_a_graph_that_does_not_load_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from statekeeper.cli import main
+
+    code = main(["--db", "memory://", "ui", "--graph", "no_such_module:graph", "--no-browser"])
+    assert code == 2
+    assert "cannot load graph 'no_such_module:graph'" in capsys.readouterr().err
+
+
 def test_read_only_is_asked_of_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without --write the storage is opened with mode="ro"; a backend that does not take
     the option yet is opened as is, with a warning."""

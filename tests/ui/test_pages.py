@@ -208,6 +208,7 @@ def test_a_checkpoint_shows_state_chat_diff_writes_and_metadata(
 def test_a_diff_against_any_chosen_checkpoint(client: Any, dataset: Dataset) -> None:
     data = _api(client, "/checkpoint", thread="forked", against=dataset.fork_source)
     assert data["diff"]["against"] == dataset.fork_source
+    assert data["ran"] == ["finish"]  # still read from its parent
     kinds = {c["channel"]: c["kind"] for c in data["diff"]["changes"]}
     assert kinds == {"answer": "added", "messages": "appended"}
     first = _api(client, "/checkpoint", thread="done", id=_oldest(dataset, "done"))

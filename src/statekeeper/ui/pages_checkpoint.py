@@ -75,6 +75,18 @@ def _base(
         return None, f"cannot compare with {against or 'the parent'}: {type(exc).__name__}: {exc}"
 
 
+def _ran(inspector: Inspector, tup: CheckpointTuple, parent: CheckpointTuple | None) -> list[str]:
+    """The nodes that ran to make ``tup``: those its parent had next (for a loop step;
+    an input, a fork or an update ran nothing). ``parent`` when already loaded."""
+    if tup.parent_config is None or (tup.metadata or {}).get("source") != "loop":
+        return []
+    try:
+        parent = parent or inspector.saver.get_tuple(tup.parent_config)
+    except StatekeeperError:  # the diff says why the parent cannot be read
+        return []
+    return list(pending_nodes(parent.checkpoint)) if parent is not None else []
+
+
 def checkpoint(inspector: Inspector, request: Request, form: Form) -> Page:
     """The checkpoint ``?thread=&ns=&id=`` (default: the newest), compared with
     ``?against=`` (default: its parent)."""
@@ -89,9 +101,6 @@ def checkpoint(inspector: Inspector, request: Request, form: Form) -> Page:
     old_state = split_channels(base.checkpoint["channel_values"])[0] if base is not None else {}
     changes = [channel_change(change, old_state) for change in diff_values(old_state, state)]
     metadata = dict(tup.metadata or {})
-    parent = None
-    if tup.parent_config is not None and metadata.get("source") == "loop":
-        parent = base if base is not None and params.get("against") is None else None
     graph_ref = inspector.options.graph_ref or metadata.get("statekeeper_graph")
     data = {
         "thread_id": thread_id,
@@ -101,7 +110,7 @@ def checkpoint(inspector: Inspector, request: Request, form: Form) -> Page:
         "ts": tup.checkpoint["ts"],
         "metadata": plain(metadata),
         "next": list(pending_nodes(tup.checkpoint)),
-        "ran": list(pending_nodes(parent.checkpoint)) if parent is not None else [],
+        "ran": _ran(inspector, tup, base if params.get("against") is None else None),
         "interrupts": interrupt_values(tup),
         "state": plain(state),
         "channels": plain(internal),
