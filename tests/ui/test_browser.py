@@ -144,15 +144,11 @@ def test_a_checkpoints_diff(page: Any, base: str) -> None:
 
 def test_the_graph_lights_the_next_node(page: Any, base: str) -> None:
     page.goto(f"{base}/graph?thread=waiting")
-    if page.locator("#graph-svg").count():
-        # the renderer's SVG: the node that runs next is marked
-        assert page.locator("#graph-svg svg").count() == 1
-        pytest.skip("TODO: assert the highlighted node once the SVG renderer's markup is known")
-    # TODO(graph drawing): until statekeeper.graphs.drawing lands, a node list stands in
-    placeholder = page.locator("#graph-placeholder")
-    assert placeholder.is_visible()
-    assert placeholder.locator("li.is-next").inner_text().startswith("ask")
-    assert placeholder.locator("li.is-current").inner_text().startswith("research")
+    assert page.locator("#graph-svg svg").count() == 1
+    lit = page.locator('#graph-svg g.node.next[data-node="ask"]')
+    assert lit.is_visible()
+    assert page.locator('#graph-svg g.node.current[data-node="research"]').is_visible()
+    assert page.locator("#graph-svg g.node.next").count() == 1
     _shot(page, "graph")
 
 

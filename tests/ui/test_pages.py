@@ -273,11 +273,11 @@ def test_the_graph_of_a_thread_with_its_next_node(client: Any) -> None:
     assert {"agent", "tools", "research", "ask", "finish"} <= set(data["nodes"])
     assert {"source": "ask", "target": "finish", "conditional": False} in data["edges"]
     text = _page(client, "/graph", thread="waiting")
-    if data["svg"] is None:  # until statekeeper.graphs.drawing lands
-        assert 'id="graph-placeholder"' in text
-        assert 'class="graph-node is-next"><bdi>ask</bdi>' in text
-    else:
-        assert 'id="graph-svg"' in text
+    assert 'id="graph-svg"' in text
+    assert '<g class="node next" id="sk-node-ask" data-node="ask">' in text
+    assert '<g class="node current" id="sk-node-research" data-node="research">' in text
+    assert 'class="graph-node is-next"><bdi>ask</bdi>' in text
+    assert "<script" not in data["svg"]
     empty = _page(client, "/graph")
     assert "No graph to draw" in empty
 

@@ -5,15 +5,16 @@ names (``statekeeper_graph``, recorded by the runner), loaded as ``statekeeper r
 loads it (which imports its module). It is never taken from the query string, so a link
 cannot make the server import a module of its choosing.
 
-The picture comes from :func:`draw`, the one call into the renderer.
+The picture comes from :func:`draw`, the one call into the offline renderer; the
+page also lists the nodes and edges as text, for reading and for assistive technology.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from statekeeper.graphs.drawing import render_svg
 from statekeeper.threads import pending_nodes
 from statekeeper.ui.render import Page
 
@@ -25,17 +26,11 @@ if TYPE_CHECKING:
 __all__ = ["draw", "graph"]
 
 
-def draw(graph: Any, current: Sequence[str], next: Sequence[str]) -> str | None:
-    """``graph`` as an SVG document (text), ``current`` and ``next`` highlighted, from
-    ``statekeeper.graphs.drawing.render_svg``, whose output is escaped and has no script;
-    ``None`` while that renderer is not installed (the page then lists the nodes and
-    edges instead)."""
-    # TODO(graph drawing): import render_svg directly once statekeeper.graphs.drawing lands.
-    try:
-        drawing = importlib.import_module("statekeeper.graphs.drawing")
-    except ModuleNotFoundError:
-        return None
-    return str(drawing.render_svg(graph, current=tuple(current), next=tuple(next)))
+def draw(graph: Any, current: Sequence[str], next: Sequence[str]) -> str:
+    """The compiled ``graph`` as an SVG document (text) with ``current`` and ``next`` lit,
+    from :func:`statekeeper.graphs.drawing.render_svg`: every name in it is escaped, and
+    it holds no script and no style the page's CSP would block."""
+    return render_svg(graph.get_graph(), current=tuple(current), next=tuple(next))
 
 
 def _structure(graph: Any) -> tuple[list[str], list[dict[str, Any]]]:
