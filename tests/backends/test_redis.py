@@ -29,7 +29,8 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.redis import RedisOptions
-from statekeeper.backends.redis._layout import Record, swap
+from statekeeper.backends.redis._integrity.records import Record
+from statekeeper.backends.redis._layout import swap
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
@@ -518,12 +519,14 @@ def test_a_copy_is_a_snapshot_of_the_source_even_if_it_is_pruned_meanwhile(
                 == {swap(m) for m in client.zrange(ids, 0, -1)}
             )
             counts: dict[bytes, int] = {}
-            for data in records.values():
-                for field in Record.parse(data).fields:
+            for ref, data in records.items():
+                for field in Record.parse(data, ref).fields:
                     counts[field] = counts.get(field, 0) + 1
             stored = client.hgetall(refs)
             assert {
-                k: int(v) for k, v in stored.items() if not k.startswith((b"\xfe", b"\xff"))
+                k: int(v)
+                for k, v in stored.items()
+                if not k.startswith((b"\xfd", b"\xfe", b"\xff"))
             } == counts
         assert not [k for k in keys_of(client, prefix_of(url)) if b":copy:" in k]
 
@@ -940,7 +943,7 @@ def expected_values(step: int) -> dict[str, Any]:
 def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     """Every listed checkpoint loads completely, the indexes agree, and every stored value
     is referenced exactly as often as records and deltas reference it."""
-    from statekeeper.backends.redis._layout import Record as _Record
+    from statekeeper.backends.redis._integrity.records import Record as _Record
 
     ids, ns, cp, blobs, refs = (
         thread_key(saver, thread_id, name) for name in ("ids", "ns", "cp", "blobs", "refs")
@@ -949,14 +952,15 @@ def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     assert set(client.zrange(ns, 0, -1)) == set(records)
     assert client.zcard(ids) == len(records)
     counts: dict[bytes, int] = {}
-    for data in records.values():
-        for field in _Record.parse(data).fields:
+    for ref, data in records.items():
+        for field in _Record.parse(data, ref).fields:
             counts[field] = counts.get(field, 0) + 1
     stored = client.hgetall(refs)
     for key, value in stored.items():
         if key.startswith(b"\xfe"):
             counts[value] = counts.get(value, 0) + 1
-    assert {k: int(v) for k, v in stored.items() if not k.startswith((b"\xfe", b"\xff"))} == counts
+    skip = (b"\xfd", b"\xfe", b"\xff")
+    assert {k: int(v) for k, v in stored.items() if not k.startswith(skip)} == counts
     assert set(client.hkeys(blobs)) <= set(counts)
     for tup in saver.list(cfg(thread_id)):
         step = tup.metadata["step"]

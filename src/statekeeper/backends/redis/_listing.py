@@ -1,5 +1,6 @@
 """How the Redis checkpointer lists across threads: the ``ids`` index of every thread,
-merged newest first, read a page at a time, within a listing's limit.
+merged newest first, read a page at a time, within a listing's limit; and the steps every
+listing shares (large values fetched after a script, the first item of a stream).
 
 Pure bookkeeping over sans-IO requests (:class:`~._io.Cmd`, :class:`~._io.Batch`): the
 listing in :mod:`._reads` runs it with the sync or the asyncio client.
@@ -12,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeeper.backends.redis._client import ordered
-from statekeeper.backends.redis._io import Batch, Cmd, Op
+from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
 from statekeeper.backends.redis._layout import rank, swap
 
-__all__ = ["PAGE", "SCAN", "Budget", "Merge", "Source", "span"]
+__all__ = ["PAGE", "SCAN", "Budget", "Merge", "Source", "fill", "first_item", "span"]
 
 PAGE = 100  # checkpoints per listing script call (bounds each reply)
 SCAN = 500  # registry entries, index members or hash fields per paging call
@@ -107,3 +108,44 @@ def span(ns: str | None, checkpoint_id: str | None, below: str | None) -> tuple[
     if checkpoint_id is not None:
         return "ids", b"[" + ordered(checkpoint_id), b"(" + ordered(checkpoint_id) + b"\xff"
     return "ids", b"-", (b"(" + ordered(below) if below is not None else b"+")
+
+
+def fill(groups: list[tuple[tuple[bytes, ...], list[list[Any]]]]) -> Op[bool]:
+    """Replace the ``[field]`` links of value chains (large values, left out of the
+    scripts) by the values: one HMGET per thread. False if a value is gone (deleted
+    since the script ran): the caller reads again."""
+    calls: list[Cmd | Eval] = []
+    slots: list[tuple[list[Any], int, int]] = []  # (links, position, value index)
+    offset = 0
+    for keys, chains in groups:
+        fields: dict[bytes, int] = {}  # each field once per HMGET
+        for links in chains:
+            for i, link in enumerate(links):
+                if isinstance(link, list) and len(link) == 1:
+                    slots.append((links, i, offset + fields.setdefault(link[0], len(fields))))
+        if fields:
+            calls.append(Cmd(("HMGET", keys[3], *fields)))
+            offset += len(fields)
+    if not calls:
+        return True
+    replies = yield Batch(tuple(calls))
+    values = [value for reply in replies for value in reply]
+    for links, i, index in slots:
+        if values[index] is None:
+            return False
+        links[i] = values[index]
+    return True
+
+
+def first_item(stream: Stream) -> Op[Any]:
+    """The first item ``stream`` emits (``None`` if none), as an operation."""
+    reply: Any = None
+    while True:
+        try:
+            call = stream.send(reply)
+        except StopIteration:
+            return None
+        if isinstance(call, Emit):
+            stream.close()
+            return call.value
+        reply = yield call

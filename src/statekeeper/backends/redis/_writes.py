@@ -12,30 +12,34 @@ script renames onto the target all at once, if the source's change stamp (see
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.deltas import PlannedValue, ValuePlanner
 from statekeeper._storage.lineage import delta_channels, keep_latest_ids, walk_chains
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import ordered, split_ordered, untag
+from statekeeper.backends.redis._client import ordered, split_ordered
 from statekeeper.backends.redis._client import tag as tag_of
-from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
-from statekeeper.backends.redis._layout import (
-    Record,
-    encode_value,
-    encode_write,
-    first,
-    swap,
+from statekeeper.backends.redis._integrity.records import Record, encode_value, encode_write
+from statekeeper.backends.redis._integrity.seal import (
+    KINDS,
+    Bad,
+    damaged_reply,
+    wrong_type,
+    wrong_types,
 )
+from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op
+from statekeeper.backends.redis._layout import first, swap
 from statekeeper.backends.redis._listing import PAGE, SCAN
 from statekeeper.backends.redis._reads import Reads, holds_value
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.errors import StorageError, ThreadExistsError
 
 __all__ = ["Plans"]
+
+T = TypeVar("T")
 
 DELETE_BATCH = 100  # checkpoints deleted per script call
 COPY_TTL_MS = 3_600_000  # a staged copy left by a crashed process expires after an hour
@@ -53,6 +57,49 @@ class Plans(Reads):
         super().__init__(prefix, ttl_ms, refresh_on_read, compress, cluster)
         # plans the values of a put against this process' last writes (also read's cache)
         self.values = ValuePlanner(self.written.recent, compress)
+
+    def guarded(
+        self, op: Generator[Any, Any, T], threads: Sequence[str] | None
+    ) -> Generator[Any, Any, T]:
+        """``op`` (an operation or a stream) with two script errors explained as the
+        damage they are: a WRONGTYPE reply (a key of one of ``threads`` -- ``None``: of any
+        registered thread -- or the registry overwritten by another program), and a
+        script's report of a record it could not read. Both raise
+        :class:`~statekeeper.errors.CorruptCheckpointError`; other errors pass."""
+        reply: Any = None
+        while True:
+            try:
+                call = op.send(reply)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            if isinstance(call, Emit):
+                reply = yield call
+                continue
+            try:
+                reply = yield call
+            except StorageError as exc:
+                if wrong_type(exc):
+                    yield from self._explain(exc, threads)
+                elif (where := damaged_reply(exc)) is not None and threads:
+                    name, field = where
+                    bad = Bad("its header cannot be read", KINDS.get(name, "index"), name, field)
+                    raise self._corrupt(threads[0], bad) from exc
+                raise
+
+    def _explain(self, exc: StorageError, threads: Sequence[str] | None) -> Op[None]:
+        """Raise the CorruptCheckpointError of the key a WRONGTYPE reply (``exc``) met."""
+        registry: bytes | None = self.registry
+        if threads is None:
+            found = yield from wrong_types([], self.registry)
+            if found is not None:
+                raise found from exc
+            threads, registry = (yield from self.registered(lenient=True)), None
+        for start in range(0, len(threads), DELETE_BATCH):
+            chunk = [(t, self.keys(t)) for t in threads[start : start + DELETE_BATCH]]
+            found = yield from wrong_types(chunk, registry)
+            if found is not None:
+                raise found from exc
+            registry = None
 
     def _write(self, script: Any, thread_id: str, ttl: int, *args: Any) -> Op[Any]:
         """Run a write script that registers the thread: in the script on a standalone
@@ -79,7 +126,7 @@ class Plans(Reads):
             if channel in values:
                 key = (thread_id, ns, channel)
                 plan = plan_value(serde, key, channel, version_key, values[channel])
-                value_args[1] = encode_value(ens, plan.stored)
+                value_args[1] = encode_value(value_args[0], ens, plan.stored)
                 if plan.stored.base is not None:
                     value_args[2] = ens + ordered(channel) + ordered(plan.stored.base)
                     value_args[3] = b"%d" % (plan.base_crc or 0)
@@ -90,17 +137,18 @@ class Plans(Reads):
         known = set(load)
         extra = list(dict.fromkeys(f for f in blobs[::5] if f not in known))
         run = ordered(prepared.run_id) if prepared.run_id is not None else b""
-        record = Record.pack(
-            run, load, extra, prepared.parent_id, prepared.metadata_json, prepared.checkpoint
-        )
         ref = ens + ordered(prepared.checkpoint_id)
+        record = Record.pack(
+            ref, run, (load, extra), prepared.parent_id, prepared.metadata_json, prepared.checkpoint
+        )
         head = (ref, record, run + ref if run else b"")
         stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
         if stale != 1:  # a delta's base changed since this process wrote it: send it whole
             for index in stale:
                 plan = planned[index - 1][1]
                 assert plan.fallback is not None
-                blobs[5 * index - 4 : 5 * index - 1] = [encode_value(ens, plan.fallback), b"", b""]
+                whole = encode_value(blobs[5 * index - 5], ens, plan.fallback)
+                blobs[5 * index - 4 : 5 * index - 1] = [whole, b"", b""]
             yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
         for index, (key, plan) in planned.items():  # for the next version's delta
             fell_back = stale != 1 and index + 1 in stale
@@ -112,12 +160,14 @@ class Plans(Reads):
         one."""
         if not prepared.writes:
             return
-        task, path = ordered(prepared.task_id), prepared.task_path
-        ref = ordered(prepared.checkpoint_ns) + ordered(prepared.checkpoint_id) + task
-        args: list[Any] = []
+        path = prepared.task_path
+        ref = ordered(prepared.checkpoint_ns) + ordered(prepared.checkpoint_id)
+        task = ref + ordered(prepared.task_id)
+        args: list[Any] = [ref]
         for w in prepared.writes:
-            stored = encode_write(w.channel, path, w.type, w.codec, w.data)
-            args += [ref + b"%d" % w.idx, stored, b"1" if w.replaces else b"0"]
+            write_field = task + b"%d" % w.idx
+            stored = encode_write(write_field, w.channel, path, w.type, w.codec, w.data)
+            args += [write_field, stored, b"1" if w.replaces else b"0"]
         thread_id = prepared.thread_id
         if self.cluster and not self.ttl_ms:  # only a thread's expiry needs the registry
             yield Eval(lua.PUT_WRITES, self.keys(thread_id), (0, "", "", *args))
@@ -137,9 +187,9 @@ class Plans(Reads):
         """Probe every registered thread for these runs, and delete a batch of their
         checkpoints per script call where they are."""
         runs = [ordered(run_id) for run_id in run_ids]
-        tags = yield from self.registered()
-        for start in range(0, len(tags), SCAN):
-            keys = [self.keys(untag(t)) for t in tags[start : start + SCAN]]
+        threads = yield from self.registered(lenient=True)
+        for start in range(0, len(threads), SCAN):
+            keys = [self.keys(thread_id) for thread_id in threads[start : start + SCAN]]
             probes = yield Batch(
                 tuple(
                     Cmd(("ZRANGE", k[7], b"[" + run, b"(" + run + b"\xff", "BYLEX", "LIMIT", 0, 1))
@@ -238,12 +288,14 @@ class Plans(Reads):
         newest: dict[str, str] = {}
         keep: dict[str, set[str]] = {}
         for start in range(0, len(heads), PAGE):
-            items = yield Eval(lua.READ, keys, (-1, "r", 0, "refs", *heads[start : start + PAGE]))
+            items = yield from self._read(
+                thread_id, keys, "r", "refs", *heads[start : start + PAGE], refresh=False
+            )
             for item in items:
                 if not item[1]:
                     continue
                 ns, checkpoint_id, _ = split_ordered(item[0])
-                metadata = Record.parse(item[1]).metadata
+                metadata = self._record(thread_id, item).metadata
                 chains: Mapping[str, list[str]] = {}
                 if channels := delta_channels(metadata):
                     ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
