@@ -258,14 +258,19 @@ def test_every_key_of_a_thread_shares_its_hash_tag_and_stays_under_the_prefix(
     assert keys_of(client, prefix) == {
         f"{prefix}:layout".encode(),
         f"{prefix}:threads".encode(),
+        f"{prefix}:{{{prefix}:threads}}:count".encode(),
         *(
             f"{prefix}:{{thread-1}}:{name}".encode()
             for name in ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
         ),
     }
-    thread_keys = [k for k in keys_of(client, prefix) if b"{" in k]
+    thread_keys = [k for k in keys_of(client, prefix) if b"{thread-1}" in k]
     assert len({redis.cluster.key_slot(k) for k in thread_keys}) == 1
     assert client.zrange(f"{prefix}:threads", 0, -1) == [b"thread-1"]
+    # the registry's count shares the registry's slot
+    counter = f"{prefix}:{{{prefix}:threads}}:count".encode()
+    assert redis.cluster.key_slot(counter) == redis.cluster.key_slot(f"{prefix}:threads".encode())
+    assert client.get(counter) == b"1"
 
 
 ODD_IDS = [
@@ -299,7 +304,7 @@ def test_odd_ids_are_encoded_into_distinct_tags_of_safe_characters(
         tags = set()
         for key in keys_of(client, prefix):
             rest = key.decode()[len(prefix) + 1 :]
-            if rest in ("layout", "threads"):
+            if rest in ("layout", "threads", f"{{{prefix}:threads}}:count"):
                 continue
             assert rest.startswith("{")
             tag, _, name = rest[1:].partition("}:")
@@ -443,7 +448,9 @@ def test_large_threads_are_copied_pruned_and_deleted_in_bounded_batches(url: str
         assert [t.metadata["step"] for t in saver.list(cfg("big"))] == [1_098]
         saver.delete_thread("copy")
         saver.delete_thread("big")
-    assert keys_of(admin, prefix) == {f"{prefix}:layout".encode()}  # the registry is empty
+    counter = f"{prefix}:{{{prefix}:threads}}:count".encode()
+    assert keys_of(admin, prefix) == {f"{prefix}:layout".encode(), counter}  # no registry
+    assert admin.get(counter) == b"0"  # which counts no thread
 
 
 def test_a_copy_appears_all_at_once(url: str) -> None:

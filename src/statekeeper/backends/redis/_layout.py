@@ -27,8 +27,8 @@ from statekeeper._storage.payload import check_id
 from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
 from statekeeper.backends.redis._integrity.records import head
-from statekeeper.backends.redis._io import Cmd
-from statekeeper.backends.redis._lua import THREAD_KEYS
+from statekeeper.backends.redis._io import Cmd, Eval
+from statekeeper.backends.redis._lua import REGISTER, THREAD_KEYS, UNREGISTER
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.errors import StorageError
 
@@ -72,6 +72,8 @@ class Layout:
         self.refresh_on_read = refresh_on_read
         self.compress = compress
         self.registry = f"{prefix}:threads".encode()  # sorted set: thread tag -> expiry
+        # how many members the registry has, in its slot (the hash tag is its name)
+        self.counter = f"{prefix}:{{{prefix}:threads}}:count".encode()
         self.written = Written()  # this process' last list values: delta bases, known reads
         self._names: dict[str, tuple[str, tuple[bytes, ...]]] = {}
         self._fields: dict[tuple[str, str, str], bytes] = {}
@@ -126,10 +128,16 @@ class Layout:
         """The key of the thread's claim (``claim_thread``), with the thread's hash tag."""
         return f"{self.prefix}:{{{self.tag(thread_id)}}}:claim".encode()
 
-    def touch(self, thread_id: str, *, only_existing: bool = False) -> Cmd:
+    def touch(self, thread_id: str, *, only_existing: bool = False) -> Cmd | Eval:
         """Register the thread (or move its expiry) in the registry of threads."""
-        flags = ("XX",) if only_existing else ()
-        return Cmd(("ZADD", self.registry, *flags, self.score(), self.tag(thread_id)))
+        if only_existing:
+            return Cmd(("ZADD", self.registry, "XX", self.score(), self.tag(thread_id)))
+        registry = (self.registry, self.counter)
+        return Eval(REGISTER, registry, (self.score(), self.tag(thread_id)))
+
+    def untouch(self, thread_id: str) -> Eval:
+        """Unregister the thread."""
+        return Eval(UNREGISTER, (self.registry, self.counter), (self.tag(thread_id),))
 
 
 def version_text(version: Any) -> str:

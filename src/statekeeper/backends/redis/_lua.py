@@ -16,7 +16,9 @@ thread's hash tag, so it runs atomically on one Cluster node. Ids reach scripts 
     7 wix     sorted set  the fields of ``writes``        a checkpoint's writes by range
     8 runs    sorted set  E(run id) ref                   delete_for_runs
 
-``KEYS[9]``, when given (standalone servers only), is the registry of threads.
+``KEYS[9]`` and ``KEYS[10]``, when given (standalone servers only), are the registry of
+threads and the count of its members (a key in the registry's slot,
+``<prefix>:{<prefix>:threads}:count``), which tells a deleted registry entry or key.
 
 The field ``STAMP`` (one byte, ``\xff``: no value field is empty, so it is no value's CRC
 field) of ``refs`` is the thread's change stamp, ``<seconds>.<microseconds>:<count>``: every
@@ -53,10 +55,13 @@ __all__ = [
     "PUT",
     "PUT_WRITES",
     "READ",
+    "REGISTER",
+    "REGISTRY",
     "REMOVE_IF",
     "REPAIR",
     "STAMP",
     "THREAD_KEYS",
+    "UNREGISTER",
     "WALK",
     "WCOUNT",
 ]
@@ -393,8 +398,8 @@ return redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[1], 'BYSCORE',
 """
 )
 
-# KEYS: registry. ARGV: member, score, ... Removes each member whose score is unchanged (a
-# writer that touched the thread since has moved its score, and keeps it).
+# KEYS: registry, its count. ARGV: member, score, ... Removes each member whose score is
+# unchanged (a writer that touched the thread since has moved its score, and keeps it).
 REMOVE_IF = Script(
     r"""
 local n = 0
@@ -403,7 +408,40 @@ for i = 1, #ARGV, 2 do
     n = n + redis.call('ZREM', KEYS[1], ARGV[i])
   end
 end
+if n > 0 and KEYS[2] then redis.call('DECRBY', KEYS[2], n) end
 return n
+"""
+)
+
+# The registry's count (KEYS[2]) is the number of its members (KEYS[1]): every script that
+# adds or removes one counts it, so a member or the whole key deleted by something else
+# shows as a difference.
+
+# KEYS: registry, count. ARGV: score, member. Registers a thread (or moves its score).
+REGISTER = Script(
+    r"""
+if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCR', KEYS[2]) end
+return 1
+"""
+)
+
+# KEYS: registry, count. ARGV: member. Unregisters a thread.
+UNREGISTER = Script(
+    r"""
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then redis.call('DECR', KEYS[2]) end
+return 1
+"""
+)
+
+# KEYS: registry, count. ARGV: what ("check", "start": count the members if there is no
+# count yet -- a registry of layout 1 --, "reset": count them now, a repair). Replies
+# {members, count or false}.
+REGISTRY = Script(
+    r"""
+if ARGV[1] == 'reset' or (ARGV[1] == 'start' and redis.call('EXISTS', KEYS[2]) == 0) then
+  redis.call('SET', KEYS[2], redis.call('ZCARD', KEYS[1]))
+end
+return {redis.call('ZCARD', KEYS[1]), redis.call('GET', KEYS[2])}
 """
 )
 

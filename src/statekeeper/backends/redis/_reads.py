@@ -235,6 +235,13 @@ class Reads(Checked):
     ) -> Stream:
         """``list(None)``: a k-way merge of every registered thread's newest-first index."""
         yield from self.sweep()
+        members, count = yield Eval(lua.REGISTRY, (self.registry, self.counter), ("check",))
+        if count is not None and int(count) != members:
+            reason = (
+                f"the registry of threads lists {members} threads where {int(count)} were "
+                "registered (members or the whole key were deleted)"
+            )
+            self._skip(corrupt(Damage(reason, BACKEND, record="index", path=path(self.registry))))
         threads = yield from self.registered()
         sources = [Source(thread_id, self.keys(thread_id)) for thread_id in threads]
         top = b"(" + ordered(below) if below is not None else b"+"
@@ -461,7 +468,7 @@ class Reads(Checked):
         exists = yield Batch(tuple(Cmd(("EXISTS", *self.keys(untag(m)))) for m, _ in pairs))
         gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
         if gone:
-            yield Eval(lua.REMOVE_IF, (self.registry,), tuple(gone))
+            yield Eval(lua.REMOVE_IF, (self.registry, self.counter), tuple(gone))
 
 
 def holds_value(channel: str, value_field: bytes | None) -> bool:

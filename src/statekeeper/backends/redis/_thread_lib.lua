@@ -93,10 +93,13 @@ local function expire(ttl)
   end
 end
 
--- on a standalone server the registry of threads is KEYS[9], updated in the same script
--- (ARGV[2] score, ARGV[3] member); in a Cluster it is in another slot, updated before
+-- on a standalone server the registry of threads is KEYS[9] and the count of its members
+-- KEYS[10], updated in the same script (ARGV[2] score, ARGV[3] member); in a Cluster they
+-- are in another slot, updated before (the REGISTER script)
 local function register()
-  if #KEYS > 8 then redis.call('ZADD', KEYS[9], ARGV[2], ARGV[3]) end
+  if #KEYS > 8 and redis.call('ZADD', KEYS[9], ARGV[2], ARGV[3]) == 1 then
+    redis.call('INCR', KEYS[10])
+  end
 end
 
 -- Next to the reference counts, the refs hash holds for each value field f the field

@@ -107,7 +107,8 @@ class Plans(Reads):
         keys = self.keys(thread_id)
         if not self.cluster:
             extra = (self.score(), self.tag(thread_id))
-            return (yield Eval(script, (*keys, self.registry), (ttl, *extra, *args)))
+            registry = (self.registry, self.counter)
+            return (yield Eval(script, (*keys, *registry), (ttl, *extra, *args)))
         _, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
         return reply
 
@@ -181,7 +182,7 @@ class Plans(Reads):
         thread, whatever its size."""
         for thread_id in thread_ids:
             delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
-            yield Batch((delete, Cmd(("ZREM", self.registry, tag_of(thread_id)))))
+            yield Batch((delete, self.untouch(thread_id)))
 
     def delete_runs(self, run_ids: Sequence[str]) -> Op[None]:
         """Probe every registered thread for these runs, and delete a batch of their

@@ -183,8 +183,10 @@ class RedisCheckpointer(Checkpointer):
                     "number (opened read-only, nothing was created)"
                 )
         else:
+            registry = (self._plans.registry, self._plans.counter)
             try:
                 stored = yield Eval(lua.LAYOUT, (key.encode(),), (LAYOUT_VERSION,))
+                yield Eval(lua.REGISTRY, registry, ("start",))  # count a layout-1 registry
             except ReadOnlyError:  # a replica: reads work, and writes will say why they fail
                 stored = yield Cmd(("GET", key))
         if stored is None:

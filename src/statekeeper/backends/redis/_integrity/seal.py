@@ -141,7 +141,9 @@ def corrupt(found: Damage) -> CorruptCheckpointError:
         )
         advice = "restore it from a backup, or open with on_corrupt=fallback to read older ones"
     else:
-        what = f"thread {found.thread_id!r} in Redis is damaged"
+        what = "Redis data is damaged"
+        if found.thread_id is not None:
+            what = f"thread {found.thread_id!r} in Redis is damaged"
         advice = "run verify() to list the damage, verify(repair=True) to rebuild indexes"
     return CorruptCheckpointError(f"{what}: {found.reason} at {found.path}; {advice}", found)
 

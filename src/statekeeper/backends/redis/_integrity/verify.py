@@ -57,6 +57,16 @@ class Verify:
             except ValueError:
                 reason = "a member of the registry of threads is no thread's tag"
                 found.append(Damage(reason, BACKEND, record="index", path=path(registry, member)))
+        counted = (self.layout.registry, self.layout.counter)
+        members, count = yield Eval(lua.REGISTRY, counted, ("check",))
+        if count is not None and int(count) != members:
+            reason = (
+                f"the registry of threads lists {members} threads where {int(count)} were "
+                "registered (members or the whole key were deleted)"
+            )
+            found.append(Damage(reason, BACKEND, record="index", path=path(registry)))
+        if repair and (count is None or int(count) != members):
+            yield Eval(lua.REGISTRY, counted, ("reset",))
         if threads and version is None:
             reason = "the layout version key is missing"
             found.append(Damage(reason, BACKEND, record="index", path=path(key)))
