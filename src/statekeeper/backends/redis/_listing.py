@@ -1,4 +1,5 @@
-"""How the Redis checkpointer lists across threads: the ``ids`` index of every thread,
+"""How the Redis checkpointer lists across threads: the registry of threads (checked
+against its count; entries of expired threads swept), the ``ids`` index of every thread,
 merged newest first, read a page at a time, within a listing's limit; and the steps every
 listing shares (large values fetched after a script, the first item of a stream).
 
@@ -9,17 +10,102 @@ listing in :mod:`._reads` runs it with the sync or the asyncio client.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekeeper.backends.redis._client import ordered
+from statekeeper.backends.redis import _lua as lua
+from statekeeper.backends.redis._client import ordered, untag
+from statekeeper.backends.redis._integrity.checked import Checked, log
+from statekeeper.backends.redis._integrity.seal import BACKEND, corrupt, path
 from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
 from statekeeper.backends.redis._layout import rank, swap
+from statekeeper.errors import Damage
 
-__all__ = ["PAGE", "SCAN", "Budget", "Merge", "Source", "fill", "first_item", "span"]
+__all__ = [
+    "PAGE",
+    "SCAN",
+    "Budget",
+    "Merge",
+    "Registry",
+    "Source",
+    "fill",
+    "first_item",
+    "span",
+]
 
 PAGE = 100  # checkpoints per listing script call (bounds each reply)
 SCAN = 500  # registry entries, index members or hash fields per paging call
+
+
+class Registry(Checked):
+    """The registry of threads, as the reads and maintenance use it."""
+
+    def _checked_registry(self) -> Op[list[str]]:
+        """The registered threads, after checking the registry against its count."""
+        members, count = yield Eval(lua.REGISTRY, (self.registry, self.counter), ("check",))
+        if count is not None and int(count) != members:
+            reason = (
+                f"the registry of threads lists {members} threads where {int(count)} were "
+                "registered (members or the whole key were deleted)"
+            )
+            self._skip(corrupt(Damage(reason, BACKEND, record="index", path=path(self.registry))))
+        threads: list[str] = yield from self.registered()
+        return threads
+
+    # -- the registry of threads ---------------------------------------------------------
+
+    def registered(self, *, lenient: bool = False) -> Op[list[str]]:
+        """Every registered thread (a thread put meanwhile may or may not be in it). A
+        member that is no thread's tag is damage: raised, or skipped and logged
+        (``on_corrupt="fallback"``, or ``lenient``: maintenance skips what it cannot
+        visit)."""
+        found: dict[bytes, None] = {}
+        cursor = 0
+        while True:
+            cursor, entries = yield Cmd(("ZSCAN", self.registry, cursor, "COUNT", SCAN))
+            found.update(dict.fromkeys(member for member, _ in entries))
+            if cursor == 0:
+                break
+        threads = []
+        for member in found:
+            try:
+                threads.append(untag(member))
+            except ValueError:
+                reason = "a member of the registry of threads is no thread's tag"
+                where = path(self.registry, member)
+                error = corrupt(Damage(reason, BACKEND, None, record="index", path=where))
+                if not lenient:
+                    self._skip(error)
+                else:
+                    log.warning("%s; skipped", error)
+        return threads
+
+    def sweep(self) -> Op[None]:
+        """Drop registry entries of threads whose keys have all expired (bounded work);
+        read-only, nothing."""
+        if self.read_only:
+            return
+        now = f"{time.time() * 1000:.0f}"
+        flat = yield Eval(lua.EXPIRED, (self.registry,), (now, SCAN))
+        pairs = list(zip(flat[::2], flat[1::2], strict=True))
+        if not pairs:
+            return
+        pairs = [(m, s) for m, s in pairs if _is_tag(m)]
+        if not pairs:
+            return
+        exists = yield Batch(tuple(Cmd(("EXISTS", *self.keys(untag(m)))) for m, _ in pairs))
+        gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
+        if gone:
+            yield Eval(lua.REMOVE_IF, (self.registry, self.counter), tuple(gone))
+
+
+def _is_tag(member: bytes) -> bool:
+    try:
+        untag(member)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass

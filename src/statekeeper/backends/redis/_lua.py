@@ -270,7 +270,7 @@ return out
 """
 )
 
-# KEYS: cp, blobs. ARGV: E(ns), checkpoint id to start from (excluded), max steps, then
+# KEYS: cp, blobs, refs. ARGV: E(ns), checkpoint id to start from (excluded), max steps, then
 # E(ns) E(channel) per channel. Follows parent links; per ancestor replies {id, {field or
 # false per channel}}: the value field when that ancestor's version of the channel holds a
 # value. Stops at the root, a missing parent, after max steps, or once every channel has
@@ -299,7 +299,11 @@ for step = 1, tonumber(ARGV[3]) do
     hits[c] = false
     for i = 1, nload do
       if string.sub(fields[i], 1, #prefix) == prefix then
-        if redis.call('HSTRLEN', KEYS[2], fields[i]) > 0 then hits[c] = fields[i] end
+        if redis.call('HSTRLEN', KEYS[2], fields[i]) > 0 then
+          hits[c] = fields[i]
+        elseif redis.call('HEXISTS', KEYS[3], '\255' .. fields[i]) == 1 then
+          return damaged('blobs', fields[i])  -- a value deleted or emptied
+        end
         break
       end
     end

@@ -11,8 +11,7 @@ registry.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -21,17 +20,17 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.lineage import assemble_history, walk_chains
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import ordered, untag
-from statekeeper.backends.redis._integrity.checked import Checked, log
+from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._integrity.records import Payloads
-from statekeeper.backends.redis._integrity.seal import BACKEND, Bad, corrupt, path
-from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
+from statekeeper.backends.redis._integrity.seal import Bad
+from statekeeper.backends.redis._io import Batch, Call, Cmd, Emit, Eval, Op, Stream
 from statekeeper.backends.redis._layout import Item, pending, swap, unstable, value_chains
 from statekeeper.backends.redis._listing import (
     PAGE,
     SCAN,
     Budget,
     Merge,
+    Registry,
     Source,
     fill,
     first_item,
@@ -44,7 +43,7 @@ from statekeeper.checkpointers.semantics import (
     location,
     matches,
 )
-from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage
+from statekeeper.errors import ConfigurationError, CorruptCheckpointError
 
 __all__ = ["Reads", "holds_value"]
 
@@ -52,7 +51,7 @@ WALK_STEPS = 256  # ancestors followed per script call
 READ_ATTEMPTS = 5  # reads of a checkpoint whose large values vanished meanwhile
 
 
-class Reads(Checked):
+class Reads(Registry):
     """The reading operations. ``serde`` is passed to each call because LangGraph's
     ``with_allowlist`` clones a saver with another serializer."""
 
@@ -183,21 +182,44 @@ class Reads(Checked):
                 thread_id, keys, what, mode, low, high, size, known=() if filter else known
             )
             found = yield from self._matching(thread_id, keys, items, filter, known)
-            payloads = Payloads(data)  # one per READ reply: it sends each value once
-            for item in found:
-                try:
-                    tup = self._load_item(serde, thread_id, item, payloads)
-                except CorruptCheckpointError as exc:
-                    self._skip(exc)
-                    continue
-                if tup is not None:
-                    yield Emit(tup)
-                    if budget.spend():
-                        return
+            if (yield from self._emit_page(serde, (thread_id, keys), found, (known, data), budget)):
+                return
             if len(items) < size:
                 return
             last = items[-1][0]
             high = b"(" + (swap(last) if mode == "ids" else last)
+
+    def _emit_page(
+        self,
+        serde: SerializerProtocol,
+        thread: tuple[str, tuple[bytes, ...]],
+        found: list[Item],
+        memory: tuple[Sequence[bytes], dict[bytes, bytes]],
+        budget: Budget,
+    ) -> Generator[Call | Emit, Any, bool]:
+        """Emit the checkpoints of one READ reply's items; True once ``budget`` is spent.
+        A damaged one skipped (``on_corrupt="fallback"``), the rest are read again: the
+        reply sent each value once, with the first item that needed it."""
+        thread_id, keys = thread
+        known, data = memory
+        payloads = Payloads(data)  # one per READ reply
+        queue = list(found)
+        while queue:
+            item = queue.pop(0)
+            try:
+                tup = self._load_item(serde, thread_id, item, payloads)
+            except CorruptCheckpointError as exc:
+                self._skip(exc)
+                if queue:
+                    refs = [later[0] for later in queue]
+                    queue = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
+                    payloads = Payloads(data)
+                continue
+            if tup is not None:
+                yield Emit(tup)
+                if budget.spend():
+                    return True
+        return False
 
     def _matching(
         self,
@@ -233,17 +255,17 @@ class Reads(Checked):
         below: str | None,
         limit: int | None,
     ) -> Stream:
-        """``list(None)``: a k-way merge of every registered thread's newest-first index."""
+        """``list(None)``: a k-way merge of every registered thread's newest-first index,
+        the registry's count and every thread's indexes checked first (a merge of
+        damaged indexes would leave checkpoints out unnoticed)."""
         yield from self.sweep()
-        members, count = yield Eval(lua.REGISTRY, (self.registry, self.counter), ("check",))
-        if count is not None and int(count) != members:
-            reason = (
-                f"the registry of threads lists {members} threads where {int(count)} were "
-                "registered (members or the whole key were deleted)"
-            )
-            self._skip(corrupt(Damage(reason, BACKEND, record="index", path=path(self.registry))))
-        threads = yield from self.registered()
+        threads = yield from self._checked_registry()
         sources = [Source(thread_id, self.keys(thread_id)) for thread_id in threads]
+        for start in range(0, len(sources), SCAN):
+            chunk = sources[start : start + SCAN]
+            checks = tuple(Eval(lua.READ, s.keys, (-1, "r", 0, "refs")) for s in chunk)
+            for source, reply in zip(chunk, (yield Batch(checks)), strict=True):
+                self._checked(source.thread_id, reply)
         top = b"(" + ordered(below) if below is not None else b"+"
         budget = Budget(limit)
         merge = Merge(sources, top, page=budget.page(filter))
@@ -288,16 +310,22 @@ class Reads(Checked):
         loaded = yield from self._load_refs(sources, wanted)
         found = []
         payloads = {index: Payloads() for index in wanted}  # one per READ reply
+        dirty: set[int] = set()  # threads whose reply lost a damaged item's values
         for index, ref in group:
-            if (index, ref) in loaded:
-                thread_id = sources[index].thread_id
-                try:
-                    tup = self._load_item(serde, thread_id, loaded[(index, ref)], payloads[index])
-                except CorruptCheckpointError as exc:
-                    self._skip(exc)
-                    continue
-                if tup is not None:
-                    found.append(tup)
+            if (index, ref) not in loaded:
+                continue
+            if index in dirty:  # it may lean on them: read it alone
+                loaded.update((yield from self._load_refs(sources, {index: [ref]})))
+                payloads[index] = Payloads()
+            try:
+                item = loaded[(index, ref)]
+                tup = self._load_item(serde, sources[index].thread_id, item, payloads[index])
+            except CorruptCheckpointError as exc:
+                self._skip(exc)
+                dirty.add(index)
+                continue
+            if tup is not None:
+                found.append(tup)
         return found
 
     def _load_refs(
@@ -345,7 +373,7 @@ class Reads(Checked):
         start = checkpoint_id
         while wanted:
             prefixes = [ens + ordered(ch) for ch in wanted]
-            steps = yield Eval(lua.WALK, keys[2:4], (ens, start, WALK_STEPS, *prefixes))
+            steps = yield Eval(lua.WALK, keys[2:5], (ens, start, WALK_STEPS, *prefixes))
             for parent, hits in steps:
                 ancestor = parent.decode()
                 ancestors.append((ancestor, dict(zip(wanted, hits, strict=True))))
@@ -424,63 +452,9 @@ class Reads(Checked):
                     raise self._corrupt(place[0], bad, place[1], place[2]) from None
         return decoded
 
-    # -- the registry of threads ---------------------------------------------------------
-
-    def registered(self, *, lenient: bool = False) -> Op[list[str]]:
-        """Every registered thread (a thread put meanwhile may or may not be in it). A
-        member that is no thread's tag is damage: raised, or skipped and logged
-        (``on_corrupt="fallback"``, or ``lenient``: maintenance skips what it cannot
-        visit)."""
-        found: dict[bytes, None] = {}
-        cursor = 0
-        while True:
-            cursor, entries = yield Cmd(("ZSCAN", self.registry, cursor, "COUNT", SCAN))
-            found.update(dict.fromkeys(member for member, _ in entries))
-            if cursor == 0:
-                break
-        threads = []
-        for member in found:
-            try:
-                threads.append(untag(member))
-            except ValueError:
-                reason = "a member of the registry of threads is no thread's tag"
-                where = path(self.registry, member)
-                error = corrupt(Damage(reason, BACKEND, None, record="index", path=where))
-                if not lenient:
-                    self._skip(error)
-                else:
-                    log.warning("%s; skipped", error)
-        return threads
-
-    def sweep(self) -> Op[None]:
-        """Drop registry entries of threads whose keys have all expired (bounded work);
-        read-only, nothing."""
-        if self.read_only:
-            return
-        now = f"{time.time() * 1000:.0f}"
-        flat = yield Eval(lua.EXPIRED, (self.registry,), (now, SCAN))
-        pairs = list(zip(flat[::2], flat[1::2], strict=True))
-        if not pairs:
-            return
-        pairs = [(m, s) for m, s in pairs if _is_tag(m)]
-        if not pairs:
-            return
-        exists = yield Batch(tuple(Cmd(("EXISTS", *self.keys(untag(m)))) for m, _ in pairs))
-        gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
-        if gone:
-            yield Eval(lua.REMOVE_IF, (self.registry, self.counter), tuple(gone))
-
 
 def holds_value(channel: str, value_field: bytes | None) -> bool:
     return value_field is not None
-
-
-def _is_tag(member: bytes) -> bool:
-    try:
-        untag(member)
-    except ValueError:
-        return False
-    return True
 
 
 def _chunks(items: list[str], size: int) -> Iterable[list[str]]:

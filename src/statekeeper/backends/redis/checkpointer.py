@@ -26,6 +26,7 @@ from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._claims import Claims
 from statekeeper.backends.redis._client import RedisCheckpointerOptions, RedisOptions, RedisTarget
+from statekeeper.backends.redis._integrity.seal import wrong_type
 from statekeeper.backends.redis._integrity.verify import Verify
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
 from statekeeper.backends.redis._writes import Plans
@@ -37,6 +38,7 @@ from statekeeper.errors import (
     Damage,
     ReadOnlyError,
     SchemaVersionError,
+    StorageError,
     StorageNotFoundError,
 )
 from statekeeper.urls import StorageURL, parse_options
@@ -186,7 +188,7 @@ class RedisCheckpointer(Checkpointer):
             registry = (self._plans.registry, self._plans.counter)
             try:
                 stored = yield Eval(lua.LAYOUT, (key.encode(),), (LAYOUT_VERSION,))
-                yield Eval(lua.REGISTRY, registry, ("start",))  # count a layout-1 registry
+                yield from _count_registry(registry)
             except ReadOnlyError:  # a replica: reads work, and writes will say why they fail
                 stored = yield Cmd(("GET", key))
         if stored is None:
@@ -361,6 +363,16 @@ class RedisCheckpointer(Checkpointer):
     ) -> Mapping[str, DeltaChannelHistory]:
         plan = self._plans.delta_history(self.serde, config, channels)
         return await self._arun(plan, _thread(config))
+
+
+def _count_registry(registry: tuple[bytes, bytes]) -> Op[None]:
+    """Count the members of a layout-1 registry (none yet). A registry overwritten with
+    another type does not stop the opening: reading it says so (CorruptCheckpointError)."""
+    try:
+        yield Eval(lua.REGISTRY, registry, ("start",))
+    except StorageError as exc:
+        if not wrong_type(exc):
+            raise
 
 
 def _thread(config: RunnableConfig | None) -> str | None:
