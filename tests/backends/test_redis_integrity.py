@@ -26,7 +26,6 @@ from statekeeper.errors import (
     CorruptCheckpointError,
     Damage,
     SerializationError,
-    StatekeeperError,
     StorageError,
 )
 from tests.backends.test_redis import cfg, prefix_of, thread_key
