@@ -4,7 +4,7 @@ A component writes each operation once, as a generator that yields :class:`Cmd`,
 :class:`Eval` and :class:`Batch` requests (and :class:`Emit` for the items of a stream)
 and receives their replies; a request that fails raises its
 :class:`~statekeeper.errors.StorageError` inside the generator, at the ``yield``, so an
-operation may handle it (the Redis checkpointer explains a WRONGTYPE reply that way).
+operation may handle it (the Redis checkpointer's open tells a replica that way).
 :class:`Connection` runs such a generator with the synchronous client
 (:meth:`~Connection.run`, :meth:`~Connection.iterate`) or with the asyncio client of the
 running event loop (:meth:`~Connection.arun`, :meth:`~Connection.aiterate`): only the

@@ -17,9 +17,9 @@ from typing import Any
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered, untag
 from statekeeper.backends.redis._integrity.checked import Checked, log
-from statekeeper.backends.redis._integrity.seal import BACKEND, corrupt, path
+from statekeeper.backends.redis._integrity.seal import BACKEND, Bad, corrupt, damage, path
 from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
-from statekeeper.backends.redis._layout import rank, swap
+from statekeeper.backends.redis._layout import END, rank, swap
 from statekeeper.errors import Damage
 
 __all__ = [
@@ -173,6 +173,11 @@ class Merge:
         return Cmd(("ZRANGE", source.keys[0], high, b"-", "BYLEX", "REV", "LIMIT", 0, self.page))
 
     def _refill(self, source: Source, members: list[bytes]) -> None:
+        for member in members:
+            if member.count(END) != 2:  # not E(checkpoint id) E(ns): the merge needs both
+                reason = "an ids member is not a checkpoint reference"
+                keys = dict(zip(lua.THREAD_KEYS, source.keys, strict=True))
+                raise corrupt(damage(Bad(reason, "index", "ids", member), keys, source.thread_id))
         source.buffer, source.more = list(members), len(members) == self.page
         if members:
             source.last = members[-1]

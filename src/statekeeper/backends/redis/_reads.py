@@ -362,10 +362,11 @@ class Reads(Registry):
     # -- DeltaChannel support ------------------------------------------------------------
 
     def _walk(
-        self, keys: tuple[bytes, ...], ns: str, checkpoint_id: str, channels: Sequence[str]
+        self, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
     ) -> Op[list[tuple[str, dict[str, bytes | None]]]]:
         """Ancestors of a checkpoint, nearest first, with the value field of each channel
         they hold a value for, as far as the walk for ``channels`` needs them."""
+        keys = self.keys(thread_id)
         ens = ordered(ns)
         ancestors: list[tuple[str, dict[str, bytes | None]]] = []
         seen = {checkpoint_id}
@@ -375,7 +376,11 @@ class Reads(Registry):
             prefixes = [ens + ordered(ch) for ch in wanted]
             steps = yield Eval(lua.WALK, keys[2:5], (ens, start, WALK_STEPS, *prefixes))
             for parent, hits in steps:
-                ancestor = parent.decode()
+                try:
+                    ancestor = parent.decode()
+                except ValueError:  # the script read it from a header it could parse
+                    bad = Bad("a record names a parent id that is no text", "checkpoint", "cp")
+                    raise self._corrupt(thread_id, bad, ns, start) from None
                 ancestors.append((ancestor, dict(zip(wanted, hits, strict=True))))
                 if ancestor in seen:
                     return ancestors  # a cycle: walk_chains stops here
@@ -402,7 +407,7 @@ class Reads(Registry):
         chains: dict[str, list[str]] = {ch: [] for ch in channels}
         seed_fields: dict[str, bytes | None] = {}
         if checkpoint_id is not None:
-            ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
+            ancestors = yield from self._walk(thread_id, ns, checkpoint_id, channels)
             chains, seed_fields = walk_chains(checkpoint_id, ancestors, channels, holds_value)
         chain_ids = list(dict.fromkeys(a for chain in chains.values() for a in chain))
         seeds = [f for f in seed_fields.values() if f is not None]

@@ -12,15 +12,15 @@ script renames onto the target all at once, if the source's change stamp (see
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.deltas import PlannedValue, ValuePlanner
 from statekeeper._storage.lineage import delta_channels, keep_latest_ids, walk_chains
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import ordered, split_ordered
+from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
 from statekeeper.backends.redis._integrity.records import Record, encode_value, encode_write
 from statekeeper.backends.redis._integrity.seal import (
@@ -30,16 +30,14 @@ from statekeeper.backends.redis._integrity.seal import (
     wrong_type,
     wrong_types,
 )
-from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op
-from statekeeper.backends.redis._layout import first, swap
+from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
+from statekeeper.backends.redis._layout import END, first, swap
 from statekeeper.backends.redis._listing import PAGE, SCAN
 from statekeeper.backends.redis._reads import Reads, holds_value
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.errors import StorageError, ThreadExistsError
 
 __all__ = ["Plans"]
-
-T = TypeVar("T")
 
 DELETE_BATCH = 100  # checkpoints deleted per script call
 COPY_TTL_MS = 3_600_000  # a staged copy left by a crashed process expires after an hour
@@ -58,33 +56,18 @@ class Plans(Reads):
         # plans the values of a put against this process' last writes (also read's cache)
         self.values = ValuePlanner(self.written.recent, compress)
 
-    def guarded(
-        self, op: Generator[Any, Any, T], threads: Sequence[str] | None
-    ) -> Generator[Any, Any, T]:
-        """``op`` (an operation or a stream) with two script errors explained as the
-        damage they are: a WRONGTYPE reply (a key of one of ``threads`` -- ``None``: of any
-        registered thread -- or the registry overwritten by another program), and a
-        script's report of a record it could not read. Both raise
-        :class:`~statekeeper.errors.CorruptCheckpointError`; other errors pass."""
-        reply: Any = None
-        while True:
-            try:
-                call = op.send(reply)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            if isinstance(call, Emit):
-                reply = yield call
-                continue
-            try:
-                reply = yield call
-            except StorageError as exc:
-                if wrong_type(exc):
-                    yield from self._explain(exc, threads)
-                elif (where := damaged_reply(exc)) is not None and threads:
-                    name, field = where
-                    bad = Bad("its header cannot be read", KINDS.get(name, "index"), name, field)
-                    raise self._corrupt(threads[0], bad) from exc
-                raise
+    def explain(self, exc: StorageError, threads: Sequence[str] | None) -> Op[None]:
+        """Raise the CorruptCheckpointError that ``exc``, the error of an operation on
+        ``threads`` (``None``: on any registered thread), stands for: a WRONGTYPE reply (a
+        key of theirs, or the registry, overwritten by another program: found by asking
+        each key's type), or a script's report of a record it could not read. Return if
+        it stands for neither."""
+        if wrong_type(exc):
+            yield from self._explain(exc, threads)
+        elif (where := damaged_reply(exc)) is not None and threads:
+            name, field = where
+            bad = Bad("its header cannot be read", KINDS.get(name, "index"), name, field)
+            raise self._corrupt(threads[0], bad) from exc
 
     def _explain(self, exc: StorageError, threads: Sequence[str] | None) -> Op[None]:
         """Raise the CorruptCheckpointError of the key a WRONGTYPE reply (``exc``) met."""
@@ -295,11 +278,11 @@ class Plans(Reads):
             for item in items:
                 if not item[1]:
                     continue
-                ns, checkpoint_id, _ = split_ordered(item[0])
+                ns, checkpoint_id = self._place(thread_id, item[0])
                 metadata = self._record(thread_id, item).metadata
                 chains: Mapping[str, list[str]] = {}
                 if channels := delta_channels(metadata):
-                    ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
+                    ancestors = yield from self._walk(thread_id, ns, checkpoint_id, channels)
                     chains = walk_chains(checkpoint_id, ancestors, channels, holds_value)[0]
                 newest[ns] = checkpoint_id
                 keep[ns] = keep_latest_ids(checkpoint_id, metadata, _constant(chains))
@@ -308,9 +291,10 @@ class Plans(Reads):
             members = yield Cmd(("ZRANGE", keys[0], low, b"+", "BYLEX", "LIMIT", 0, SCAN))
             doomed = []
             for member in members:
-                checkpoint_id, ns, _ = split_ordered(member)
+                ref = swap(member) if END in member else member
+                ns, checkpoint_id = self._place(thread_id, ref)  # a damaged member raises
                 if ns in newest and checkpoint_id < newest[ns] and checkpoint_id not in keep[ns]:
-                    doomed.append(swap(member))
+                    doomed.append(ref)
             for start in range(0, len(doomed), DELETE_BATCH):
                 yield Eval(lua.DELETE_REFS, keys, tuple(doomed[start : start + DELETE_BATCH]))
             if len(members) < SCAN:

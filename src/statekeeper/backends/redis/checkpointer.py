@@ -26,7 +26,7 @@ from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._claims import Claims
 from statekeeper.backends.redis._client import RedisCheckpointerOptions, RedisOptions, RedisTarget
-from statekeeper.backends.redis._integrity.seal import wrong_type
+from statekeeper.backends.redis._integrity.seal import damaged_reply, wrong_type
 from statekeeper.backends.redis._integrity.verify import Verify
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
 from statekeeper.backends.redis._writes import Plans
@@ -228,12 +228,27 @@ class RedisCheckpointer(Checkpointer):
         mode = ", mode='ro'" if self.read_only else ""
         return f"{type(self).__name__}({self.target.url!r}, prefix={self.prefix!r}{mode})"
 
-    def _run(self, op: Op[T], thread_id: str | None) -> T:
-        """Run an operation on one thread (``None``: on any), damage explained."""
-        return self._conn.run(self._plans.guarded(op, _one(thread_id)))
+    def _run(self, op: Op[T], threads: Sequence[str] | str | None) -> T:
+        """Run an operation on ``threads`` (``None``: on any), its damage explained."""
+        try:
+            return self._conn.run(op)
+        except StorageError as exc:
+            self._explain(exc, threads)
+            raise
 
-    async def _arun(self, op: Op[T], thread_id: str | None) -> T:
-        return await self._conn.arun(self._plans.guarded(op, _one(thread_id)))
+    async def _arun(self, op: Op[T], threads: Sequence[str] | str | None) -> T:
+        try:
+            return await self._conn.arun(op)
+        except StorageError as exc:
+            if wrong_type(exc) or damaged_reply(exc):
+                await self._conn.arun(self._plans.explain(exc, _many(threads)))
+            raise
+
+    def _explain(self, exc: StorageError, threads: Sequence[str] | str | None) -> None:
+        """Raise the CorruptCheckpointError ``exc`` stands for, if it stands for one (no
+        cost until an operation fails)."""
+        if wrong_type(exc) or damaged_reply(exc):
+            self._conn.run(self._plans.explain(exc, _many(threads)))
 
     # -- sync API ----------------------------------------------------------------------
 
@@ -254,7 +269,11 @@ class RedisCheckpointer(Checkpointer):
         is ``None``), whose metadata equals ``filter`` on every key, strictly older than
         ``before``; at most ``limit``. Read lazily, a page per script call."""
         plan = self._plans.listing(self.serde, config, filter, before, limit)
-        yield from self._conn.iterate(self._plans.guarded(plan, _scope(config)))
+        try:
+            yield from self._conn.iterate(plan)
+        except StorageError as exc:
+            self._explain(exc, _thread(config))
+            raise
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         """The pending writes of the checkpoint ``config`` names (``checkpoint_id``
@@ -307,11 +326,10 @@ class RedisCheckpointer(Checkpointer):
         self._run(self._plans.delete_runs(run_ids), None)
 
     def _copy_thread(self, source: str, target: str) -> None:
-        plan = self._plans.copy_thread(source, target)
-        self._conn.run(self._plans.guarded(plan, (source, target)))
+        self._run(self._plans.copy_thread(source, target), (source, target))
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
-        self._conn.run(self._plans.guarded(self._plans.keep_latest(ids), ids))
+        self._run(self._plans.keep_latest(ids), ids)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -334,8 +352,13 @@ class RedisCheckpointer(Checkpointer):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         plan = self._plans.listing(self.serde, config, filter, before, limit)
-        async for item in self._conn.aiterate(self._plans.guarded(plan, _scope(config))):
-            yield item
+        try:
+            async for item in self._conn.aiterate(plan):
+                yield item
+        except StorageError as exc:
+            if wrong_type(exc) or damaged_reply(exc):
+                await self._conn.arun(self._plans.explain(exc, _many(_thread(config))))
+            raise
 
     # The same operations on the asyncio client (the checks ran in Checkpointer's a*).
 
@@ -352,11 +375,10 @@ class RedisCheckpointer(Checkpointer):
         await self._arun(self._plans.delete_runs(run_ids), None)
 
     async def _acopy_thread(self, source: str, target: str) -> None:
-        plan = self._plans.copy_thread(source, target)
-        await self._conn.arun(self._plans.guarded(plan, (source, target)))
+        await self._arun(self._plans.copy_thread(source, target), (source, target))
 
     async def _akeep_latest(self, ids: Sequence[str]) -> None:
-        await self._conn.arun(self._plans.guarded(self._plans.keep_latest(ids), ids))
+        await self._arun(self._plans.keep_latest(ids), ids)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
@@ -381,11 +403,6 @@ def _thread(config: RunnableConfig | None) -> str | None:
     return thread_id if isinstance(thread_id, str) else None
 
 
-def _scope(config: RunnableConfig | None) -> Sequence[str] | None:
-    """The threads a listing of ``config`` reads: one, or every registered one."""
-    thread_id = _thread(config)
-    return None if thread_id is None else (thread_id,)
-
-
-def _one(thread_id: str | None) -> Sequence[str] | None:
-    return None if thread_id is None else (thread_id,)
+def _many(threads: Sequence[str] | str | None) -> Sequence[str] | None:
+    """One thread id, several, or ``None`` (any thread) as what ``explain`` takes."""
+    return (threads,) if isinstance(threads, str) else threads

@@ -25,7 +25,7 @@ from statekeeper.backends.redis._integrity.records import (
     decode_writes,
     parse_value,
 )
-from statekeeper.backends.redis._integrity.seal import Bad, damage, seal
+from statekeeper.backends.redis._integrity.seal import SEAL, Bad, damage, seal
 from statekeeper.backends.redis._layout import END, first, swap
 from statekeeper.backends.redis._lua import STAMP, THREAD_KEYS, WCOUNT
 from statekeeper.errors import Damage, SerializationError
@@ -167,10 +167,10 @@ class Audit:
                 self._value(bad)
                 continue
             parsed[value_field] = (value, base)
-            if data[:1] != b"\xfe":
-                self.fixes.append(
-                    ("cas", _KEY["blobs"], value_field, data, seal(value_field, data))
-                )
+            if data[:1] != SEAL and value.crc is not None:  # seal its header
+                end = len(data) - len(value.data)
+                sealed = seal(value_field, data[:end], data[end:], whole=False)
+                self.fixes.append(("cas", _KEY["blobs"], value_field, data, sealed))
             self._value_refs(value_field, value.crc, base)
         payloads = Payloads()
         for value_field in parsed:
@@ -255,7 +255,7 @@ class Audit:
                 self.fixes.append(("zr", _KEY["wix"], write_field))
                 continue
             by_ref.setdefault(ref, []).extend((write_field, value))
-            if value[:1] != b"\xfe":
+            if value[:1] != SEAL:
                 self.fixes.append(
                     ("cas", _KEY["writes"], write_field, value, seal(write_field, value))
                 )
@@ -278,7 +278,7 @@ class Audit:
             pairs = by_ref.get(ref, [])
             actual = b"%d" % (len(pairs) // 2)
             held = refs.get(WCOUNT + ref)
-            sealed = any(v[:1] == b"\xfe" for v in pairs[1::2] if v is not None)
+            sealed = any(v[:1] == SEAL for v in pairs[1::2] if v is not None)
             if held == actual or (held is None and not sealed and not pairs):
                 continue
             if held is not None or sealed:

@@ -19,7 +19,14 @@ from statekeeper._storage.deltas import StoredValue, rebuild_all
 from statekeeper._storage.payload import decode, loads
 from statekeeper.backends.redis._client import ordered, split_ordered
 from statekeeper.backends.redis._client import unpack as unpack_parts
-from statekeeper.backends.redis._integrity.seal import Bad, body_start, seal
+from statekeeper.backends.redis._integrity.seal import (
+    SEAL,
+    SEALED,
+    Bad,
+    body_start,
+    check_head,
+    seal,
+)
 from statekeeper.backends.redis._lua import WCOUNT
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.errors import SerializationError
@@ -127,23 +134,25 @@ def head(parts: Sequence[bytes]) -> bytes:
 
 
 def encode_value(value_field: bytes, ens: bytes, stored: StoredValue) -> bytes:
-    """A value as the ``blobs`` hash holds it under ``value_field``, sealed: type, codec,
-    base field, crc, bytes."""
+    """A value as the ``blobs`` hash holds it under ``value_field``: type, codec, base
+    field, the CRC of its full payload, bytes; sealed over its field and header (the
+    payload CRC covers the bytes)."""
     base = b"" if stored.base is None else ens + ordered(stored.channel) + ordered(stored.base)
     checksum = b"" if stored.crc is None else b"%d" % stored.crc
     header = head((stored.type.encode(), stored.codec.encode(), base, checksum))
-    return seal(value_field, header, stored.data)
+    return seal(value_field, header, stored.data, whole=False)
 
 
 def parse_value(value_field: bytes, data: bytes) -> tuple[StoredValue, bytes]:
-    """The value stored under ``value_field`` and the field of its base (``b""``: none).
+    """The value stored under ``value_field`` and the field of its base (``b""``: none),
+    its seal checked; its bytes are checked against its payload CRC when rebuilt.
 
     Raises:
         Bad: it is damaged.
     """
-    start = body_start(value_field, data, "value", "blobs")
+    sealed = data[:1] == SEAL
     try:
-        (type_, codec, base, checksum), payload = unpack_parts(data, 4, start)
+        (type_, codec, base, checksum), payload = unpack_parts(data, 4, SEALED if sealed else 0)
         _, channel, version, _ = split_ordered(value_field)
         value = StoredValue(
             channel,
@@ -156,6 +165,10 @@ def parse_value(value_field: bytes, data: bytes) -> tuple[StoredValue, bytes]:
         )
     except ValueError as exc:
         raise Bad(f"the value cannot be read ({exc})", "value", "blobs", value_field) from None
+    if sealed:
+        check_head(value_field, data, len(data) - len(payload), "value", "blobs")
+        if value.crc is None:
+            raise Bad("the value has no payload CRC", "value", "blobs", value_field)
     return value, base
 
 

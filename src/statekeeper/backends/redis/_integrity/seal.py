@@ -5,8 +5,10 @@ Layout 2 stores every record a read turns into state sealed: the byte ``SEAL``
 (``\\xfe``: no layout-1 record starts with it, they start with a decimal length), the
 CRC-32 of the field the record is stored under followed by its body (4 bytes,
 big-endian), then the body. So a record altered, truncated, or put under another field
-fails its check. Records written by layout 1 carry no seal and are read as before
-(``verify(repair=True)`` seals them).
+fails its check. A value's seal covers its field and its header (type, codec, base, the
+CRC of its full payload): its bytes are covered by that payload CRC, checked once the
+value is rebuilt, so they are not summed twice. Records written by layout 1 carry no seal
+and are read as before (``verify(repair=True)`` seals them).
 
 Everything here is pure, except :func:`wrong_types`, an operation (see ``_io``).
 """
@@ -28,6 +30,7 @@ __all__ = [
     "SEALED",
     "Bad",
     "body_start",
+    "check_head",
     "corrupt",
     "damage",
     "damaged_reply",
@@ -64,11 +67,25 @@ KEY_TYPES = {
 }
 
 
-def seal(field: bytes, head: bytes, tail: bytes = b"") -> bytes:
-    """``head + tail`` sealed for ``field``: one CRC over the field and the body, and a
-    single join (the tail, usually the largest part, is copied once)."""
-    checksum = zlib.crc32(tail, zlib.crc32(head, zlib.crc32(field)))
+def seal(field: bytes, head: bytes, tail: bytes = b"", *, whole: bool = True) -> bytes:
+    """``head + tail`` sealed for ``field``: one CRC over the field and the body (only
+    the head when not ``whole``: a value, whose tail the CRC of its payload covers), and
+    a single join (the tail, usually the largest part, is copied once)."""
+    checksum = zlib.crc32(head, zlib.crc32(field))
+    if whole:
+        checksum = zlib.crc32(tail, checksum)
     return b"".join((SEAL, checksum.to_bytes(4, "big"), head, tail))
+
+
+def check_head(field: bytes, data: bytes, end: int, record: str, key: str) -> None:
+    """Check the seal of a record sealed over its head only (``data[SEALED:end]``).
+
+    Raises:
+        Bad: it does not match.
+    """
+    crc = zlib.crc32(memoryview(data)[SEALED:end], zlib.crc32(field))
+    if crc != int.from_bytes(data[1:SEALED], "big"):
+        raise Bad("checksum mismatch (altered or truncated)", record, key, field)
 
 
 class Bad(Exception):
