@@ -178,9 +178,8 @@ def unpack(data: bytes, count: int, start: int = 0) -> tuple[list[bytes], bytes]
     pos = start
     for _ in range(count):
         colon = data.index(b":", pos)
-        length = data[pos:colon]
-        end = colon + 1 + int(length)
-        if end > len(data) or not length.isdigit():
+        end = colon + 1 + int(data[pos:colon])
+        if end > len(data) or end <= colon:
             raise ValueError("a length-prefixed part runs past the end of the data")
         parts.append(data[colon + 1 : end])
         pos = end
