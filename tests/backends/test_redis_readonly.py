@@ -216,3 +216,32 @@ def test_the_cli_inspects_a_read_only_url_and_changes_nothing(url: str, tmp_path
     lines = [json.loads(line) for line in dump.read_text().splitlines()]
     assert len(lines) > 2
     assert snapshot(client, prefix_of(url)) == before
+
+
+def test_mode_and_on_corrupt_are_checked_options_and_fit_the_option_records(url: str) -> None:
+    from statekeeper.backends.redis import RedisCheckpointerOptions, RedisOptions
+    from statekeeper.checkpointers import RedisCheckpointer
+    from statekeeper.errors import ConfigurationError
+    from statekeeper.memory.store import RedisStore
+
+    with pytest.raises(ConfigurationError, match="mode must be one of rw, ro, got 'rx'"):
+        open_checkpointer(f"{url}&mode=rx")
+    with pytest.raises(ConfigurationError, match="on_corrupt must be one of raise, fallback"):
+        open_checkpointer(f"{url}&on_corrupt=ignore")
+    with pytest.raises(ConfigurationError, match="mode must be one of"):
+        open_store(f"{url}&mode=RO")
+    build(url, turns=1)
+    base, prefix = url.split("?", 1)[0], prefix_of(url)
+    shared = RedisOptions(prefix=prefix, mode="ro")  # one record configures both
+    with RedisCheckpointer(base, RedisCheckpointerOptions.extending(shared, ttl=60)) as saver:
+        assert saver.read_only
+        assert "mode='ro'" in repr(saver)
+        assert saver.get_tuple(cfg(THREAD)) is not None
+    with RedisCheckpointer(base, RedisOptions(prefix=prefix), on_corrupt="fallback") as saver:
+        assert not saver.read_only
+        assert saver.on_corrupt == "fallback"
+    with open_store(f"{url}&mode=rw") as store:
+        store.put(("n",), "k", {"v": 1})
+    with RedisStore(base, shared) as store:
+        assert store.read_only
+        assert store.get(("n",), "k").value == {"v": 1}
