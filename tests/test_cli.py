@@ -196,7 +196,7 @@ def test_every_command_has_help() -> None:
     commands = parser._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert set(commands) == {
         "run", "resume", "threads", "history", "show", "diff", "fork", "copy",
-        "export", "import", "prune", "verify", "migrate", "memory", "demo",
+        "export", "import", "prune", "verify", "migrate", "memory", "graph", "demo", "ui",
     }  # fmt: skip
     for name, sub in commands.items():
         assert sub.description, name

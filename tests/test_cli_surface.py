@@ -37,7 +37,9 @@ SURFACE = {
     "memory stats": "--since --store --thread --until --window",
     "memory export": "--namespace --store --thread -o/--output",
     "memory eval": "DATASET.json --budget --k --min-score --store",
+    "graph": "REF --format --xray -o/--output",
     "demo": "--graph --redis --workdir",
+    "ui": "--graph --host --no-browser --port --store --write",
 }
 
 EVERYWHERE = {"-h/--help", "--db", "--json"}
@@ -124,7 +126,8 @@ def test_help_imports_no_command_dependencies() -> None:
         "import sys\n"
         "from statekeeper.cli import build_parser\n"
         "build_parser().format_help()\n"
-        "heavy = ('statekeeper.graphs', 'statekeeper.transfer', 'statekeeper.memory')\n"
+        "heavy = ('statekeeper.graphs', 'statekeeper.transfer', 'statekeeper.memory',\n"
+        "         'statekeeper.ui', 'starlette', 'jinja2', 'uvicorn')\n"
         "print(sorted(name for name in sys.modules if name.startswith(heavy)))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -37,13 +37,18 @@ from typing import Any, Literal
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
 from langgraph.pregel._task_status import read_task_statuses
 
+from statekeeper.errors import ConfigurationError
+
 __all__ = [
     "STATUSES",
     "Change",
     "Status",
+    "ThreadPage",
     "ThreadSummary",
     "diff_values",
+    "interrupts",
     "list_threads",
+    "page_threads",
     "pending_nodes",
     "summaries",
     "summarize",
@@ -269,3 +274,74 @@ def _newer(version: Any, seen: Any) -> bool:
         return bool(version > seen)
     except TypeError:  # versions of mixed types (a saver changed its scheme): assume new
         return bool(version != seen)
+
+
+# -- paging and interrupts (the inspector's list and its answer forms) ---------------------
+
+
+@dataclass(frozen=True)
+class ThreadPage:
+    """One page of :func:`page_threads`: thread ids, most recently written first, and the
+    cursor that opens the next page (``None`` on the last one). The cursor is opaque:
+    pass it back as it is."""
+
+    thread_ids: tuple[str, ...]
+    cursor: str | None
+
+
+def page_threads(
+    saver: BaseCheckpointSaver[Any],
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+    match: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> ThreadPage:
+    """At most ``limit`` thread ids, most recently written first, starting after
+    ``cursor`` (from the previous page; ``None``: the first page). ``match`` keeps the
+    threads whose id contains it (ignoring case); ``metadata`` keeps those with a
+    checkpoint whose metadata has each of its keys with an equal value (the savers'
+    ``filter``).
+
+    Reads every checkpoint's id (as :func:`list_threads` does): the one place a thread
+    index replaces, so its callers need not change.
+
+    Raises:
+        ConfigurationError: ``limit`` is not positive, or ``cursor`` is not one this
+            function returned for these threads (the thread it names is gone).
+    """
+    if limit < 1:
+        raise ConfigurationError(f"limit must be at least 1, got {limit}")
+    if metadata:
+        newest: dict[str, str] = {}
+        for tup in saver.list(None, filter=dict(metadata)):
+            thread_id = tup.config["configurable"]["thread_id"]
+            if thread_id not in newest or tup.checkpoint["id"] > newest[thread_id]:
+                newest[thread_id] = tup.checkpoint["id"]
+        ordered = sorted(newest, key=newest.__getitem__, reverse=True)
+    else:
+        ordered = list_threads(saver)
+    if match:
+        needle = match.casefold()
+        ordered = [thread_id for thread_id in ordered if needle in thread_id.casefold()]
+    start = 0
+    if cursor is not None:
+        try:
+            start = ordered.index(cursor) + 1
+        except ValueError:
+            raise ConfigurationError(
+                f"cursor {cursor!r} names no listed thread (it was deleted or no longer "
+                "matches); start again from the first page"
+            ) from None
+    page = tuple(ordered[start : start + limit])
+    more = start + limit < len(ordered)
+    return ThreadPage(page, page[-1] if more and page else None)
+
+
+def interrupts(tup: CheckpointTuple) -> list[Any]:
+    """The ``interrupt()``s waiting for an answer at ``tup`` (LangGraph's ``Interrupt``
+    objects, each with its ``id`` and ``value``), in pending-write order; empty when none
+    waits. The same as :func:`summarize`'s ``interrupts``: those of tasks that have not
+    finished, unless the answer is stored already."""
+    writes = list(tup.pending_writes or ())
+    return list(_waiting(writes, read_task_statuses(writes)))

@@ -29,7 +29,8 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.redis import RedisOptions
-from statekeeper.backends.redis._layout import Record, swap
+from statekeeper.backends.redis._integrity.records import Record
+from statekeeper.backends.redis._layout import swap
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
@@ -257,14 +258,19 @@ def test_every_key_of_a_thread_shares_its_hash_tag_and_stays_under_the_prefix(
     assert keys_of(client, prefix) == {
         f"{prefix}:layout".encode(),
         f"{prefix}:threads".encode(),
+        f"{prefix}:{{{prefix}:threads}}:count".encode(),
         *(
             f"{prefix}:{{thread-1}}:{name}".encode()
             for name in ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
         ),
     }
-    thread_keys = [k for k in keys_of(client, prefix) if b"{" in k]
+    thread_keys = [k for k in keys_of(client, prefix) if b"{thread-1}" in k]
     assert len({redis.cluster.key_slot(k) for k in thread_keys}) == 1
     assert client.zrange(f"{prefix}:threads", 0, -1) == [b"thread-1"]
+    # the registry's count shares the registry's slot
+    counter = f"{prefix}:{{{prefix}:threads}}:count".encode()
+    assert redis.cluster.key_slot(counter) == redis.cluster.key_slot(f"{prefix}:threads".encode())
+    assert client.get(counter) == b"1"
 
 
 ODD_IDS = [
@@ -298,7 +304,7 @@ def test_odd_ids_are_encoded_into_distinct_tags_of_safe_characters(
         tags = set()
         for key in keys_of(client, prefix):
             rest = key.decode()[len(prefix) + 1 :]
-            if rest in ("layout", "threads"):
+            if rest in ("layout", "threads", f"{{{prefix}:threads}}:count"):
                 continue
             assert rest.startswith("{")
             tag, _, name = rest[1:].partition("}:")
@@ -442,7 +448,9 @@ def test_large_threads_are_copied_pruned_and_deleted_in_bounded_batches(url: str
         assert [t.metadata["step"] for t in saver.list(cfg("big"))] == [1_098]
         saver.delete_thread("copy")
         saver.delete_thread("big")
-    assert keys_of(admin, prefix) == {f"{prefix}:layout".encode()}  # the registry is empty
+    counter = f"{prefix}:{{{prefix}:threads}}:count".encode()
+    assert keys_of(admin, prefix) == {f"{prefix}:layout".encode(), counter}  # no registry
+    assert admin.get(counter) == b"0"  # which counts no thread
 
 
 def test_a_copy_appears_all_at_once(url: str) -> None:
@@ -518,12 +526,14 @@ def test_a_copy_is_a_snapshot_of_the_source_even_if_it_is_pruned_meanwhile(
                 == {swap(m) for m in client.zrange(ids, 0, -1)}
             )
             counts: dict[bytes, int] = {}
-            for data in records.values():
-                for field in Record.parse(data).fields:
+            for ref, data in records.items():
+                for field in Record.parse(data, ref).fields:
                     counts[field] = counts.get(field, 0) + 1
             stored = client.hgetall(refs)
             assert {
-                k: int(v) for k, v in stored.items() if not k.startswith((b"\xfe", b"\xff"))
+                k: int(v)
+                for k, v in stored.items()
+                if not k.startswith((b"\xfd", b"\xfe", b"\xff"))
             } == counts
         assert not [k for k in keys_of(client, prefix_of(url)) if b":copy:" in k]
 
@@ -940,7 +950,7 @@ def expected_values(step: int) -> dict[str, Any]:
 def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     """Every listed checkpoint loads completely, the indexes agree, and every stored value
     is referenced exactly as often as records and deltas reference it."""
-    from statekeeper.backends.redis._layout import Record as _Record
+    from statekeeper.backends.redis._integrity.records import Record as _Record
 
     ids, ns, cp, blobs, refs = (
         thread_key(saver, thread_id, name) for name in ("ids", "ns", "cp", "blobs", "refs")
@@ -949,14 +959,15 @@ def check_consistent(client: redis.Redis, saver: Any, thread_id: str) -> int:
     assert set(client.zrange(ns, 0, -1)) == set(records)
     assert client.zcard(ids) == len(records)
     counts: dict[bytes, int] = {}
-    for data in records.values():
-        for field in _Record.parse(data).fields:
+    for ref, data in records.items():
+        for field in _Record.parse(data, ref).fields:
             counts[field] = counts.get(field, 0) + 1
     stored = client.hgetall(refs)
     for key, value in stored.items():
         if key.startswith(b"\xfe"):
             counts[value] = counts.get(value, 0) + 1
-    assert {k: int(v) for k, v in stored.items() if not k.startswith((b"\xfe", b"\xff"))} == counts
+    skip = (b"\xfd", b"\xfe", b"\xff")
+    assert {k: int(v) for k, v in stored.items() if not k.startswith(skip)} == counts
     assert set(client.hkeys(blobs)) <= set(counts)
     for tup in saver.list(cfg(thread_id)):
         step = tup.metadata["step"]

@@ -412,3 +412,43 @@ def test_chat_model_notes_may_name_their_fact() -> None:
     system, _ = model.prompts[0]
     assert '"subject"' in system.text
     assert '"attribute"' in system.text
+
+
+_SUMMARIZE_DATASET = """
+import hashlib, json, sys
+from langchain_core.messages import AIMessage, HumanMessage
+from statekeeper.memory.summarize import ExtractiveSummarizer
+
+summarizer, digest = ExtractiveSummarizer(), hashlib.sha256()
+for conversation in json.load(open(sys.argv[1]))["conversations"]:
+    for session in conversation["sessions"]:
+        messages = [
+            (HumanMessage if m["role"] == "user" else AIMessage)(m["text"], id=m["id"])
+            for m in session["messages"]
+        ]
+        for start in range(0, len(messages), 24):
+            digest.update(summarizer.summarize(messages[start : start + 24], None).text.encode())
+print(digest.hexdigest())
+"""
+
+
+def test_the_extractive_summary_is_the_same_in_every_process() -> None:
+    # Salience sums over a set of words, whose order follows the hash seed: summed in
+    # that order, ties between statements broke differently from process to process.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dataset = Path(__file__).resolve().parents[2] / "benchmarks" / "memory" / "test.json"
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", _SUMMARIZE_DATASET, str(dataset)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "2")
+    }
+    assert len(digests) == 1

@@ -35,7 +35,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from statekeeper.cli import demo, inspect, maintenance, memory, runs, transfer
+from statekeeper.cli import demo, graph, inspect, maintenance, memory, runs, transfer, ui
 from statekeeper.cli._common import EXIT, REPORTED, Adder, Commands, IncompleteCommand, exit_code
 
 __all__ = ["EXIT", "build_parser", "main"]
@@ -58,7 +58,9 @@ _COMMANDS: tuple[Adder, ...] = (
     maintenance.add_verify,
     runs.add_migrate,
     memory.add_memory,
+    graph.add_graph,
     demo.add_demo,
+    ui.add_ui,
 )
 
 

@@ -9,6 +9,7 @@ its whole duration, so two runners never advance one thread at once.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -176,11 +177,17 @@ class Runner:
         *,
         to_thread: str | None = None,
         graph_ref: str | None = None,
+        values: Mapping[str, Any] | None = None,
     ) -> ForkResult:
         """Branch from ``checkpoint_id`` of ``thread_id`` (time travel): a copy of it
         becomes the latest checkpoint of ``to_thread`` (default: the same thread, where
         the later checkpoints are kept as history). Nothing runs: :meth:`resume` then
         runs the super-step after that checkpoint again, asking its ``interrupt()`` again.
+
+        ``values`` (edited state) replace the copy's state values, all of them: fields
+        left out are removed. They are validated against the graph's state schema when
+        it is a pydantic model (and recorded under its current schema version), before
+        anything is written; no reducer is applied.
 
         Into another thread, the checkpoint's history (root graph only) is copied first,
         with the same checkpoint ids, so it can be inspected and forked there too. When
@@ -205,20 +212,25 @@ class Runner:
                 FORKED_FROM_KEY: checkpoint_id,
                 GRAPH_KEY: ref,
             }
-            values: dict[str, Any] | None = None
+            fork_values: dict[str, Any] | None = None
             stored: dict[str, Any] = dict(source.metadata)
-            if loaded.migration is not None:
-                from_version, metadata[VERSION_KEY], values = loaded.migration
+            if values is not None:
+                fork_values = _edited(graph, values, thread_id, checkpoint_id)
+                schema = state_schema(graph)
+                if isinstance(schema, type) and issubclass(schema, VersionedState):
+                    metadata[VERSION_KEY] = schema.schema_version
+            elif loaded.migration is not None:
+                from_version, metadata[VERSION_KEY], fork_values = loaded.migration
                 metadata[MIGRATED_FROM_KEY] = from_version
-            elif VERSION_KEY in stored:
+            if VERSION_KEY in stored and VERSION_KEY not in metadata:
                 metadata[VERSION_KEY] = stored[VERSION_KEY]
             if target == thread_id:
                 config = write_child(
-                    saver, source, config=source.config, metadata=metadata, values=values
+                    saver, source, config=source.config, metadata=metadata, values=fork_values
                 )
             else:
                 metadata[FORKED_FROM_THREAD_KEY] = thread_id
-                config = self._fork_elsewhere(saver, source, target, metadata, values)
+                config = self._fork_elsewhere(saver, source, target, metadata, fork_values)
             snapshot = graph.get_state(thread_config(target))
             return ForkResult(
                 thread_id=target,
@@ -375,6 +387,19 @@ class Runner:
             checkpoint_id=snapshot.config["configurable"]["checkpoint_id"],
             next=snapshot.next,
         )
+
+
+def _edited(
+    graph: Pregel[Any], values: Mapping[str, Any], thread_id: str, checkpoint_id: str
+) -> dict[str, Any]:
+    """Edited state ``values`` as a fork stores them: validated against a pydantic state
+    schema (each field as the model holds it, so a message given as JSON is stored as a
+    message), else as given."""
+    schema = state_schema(graph)
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return dict(values)
+    model = validate(schema, values, thread_id=thread_id, checkpoint_id=checkpoint_id)
+    return {name: getattr(model, name, value) for name, value in values.items()}
 
 
 def _describe(interrupts: tuple[Interrupt, ...]) -> str:

@@ -296,7 +296,9 @@ def digest(
 
     def salience(statement: Statement) -> float:
         distinct = set(statement.words)
-        score = sum(math.log((total + 1) / (frequency[w] + 0.5)) for w in distinct)
+        # fsum: exactly rounded whatever the order, so a set of words (ordered by the
+        # hash seed) gives the same score, and ties break the same way, in every process
+        score = math.fsum(math.log((total + 1) / (frequency[w] + 0.5)) for w in distinct)
         return score / math.sqrt(len(statement.words) + 1) * math.log(len(distinct) + 1)
 
     ranked = sorted(range(total), key=lambda i: (-salience(statements[i]), i))[:size]

@@ -30,7 +30,7 @@ import redis.exceptions
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from statekeeper.errors import ConfigurationError, StorageError
+from statekeeper.errors import ConfigurationError, ReadOnlyError, StorageError
 from statekeeper.urls import StorageURL, parse_url, redact
 
 __all__ = [
@@ -80,6 +80,10 @@ class RedisOptions:
         socket_timeout: seconds to wait for a connection or a reply.
         ssl_ca_certs, ssl_cert_reqs: TLS trust settings for ``rediss`` URLs (the CA
             bundle, default the system's; ``"none"``, ``"optional"`` or ``"required"``).
+        mode: ``"rw"`` reads and writes; ``"ro"`` only reads: opening writes nothing,
+            every write raises :class:`~statekeeper.errors.ReadOnlyError`, and a prefix
+            holding no data at all raises
+            :class:`~statekeeper.errors.StorageNotFoundError` when opened.
     """
 
     prefix: str = "statekeeper"
@@ -87,6 +91,7 @@ class RedisOptions:
     socket_timeout: float = 10.0
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: str = "required"
+    mode: str = "rw"
 
     @classmethod
     def split(cls, options: Mapping[str, Any]) -> tuple[Self, dict[str, Any]]:
@@ -162,13 +167,20 @@ def pack(*parts: bytes) -> bytes:
     return b"".join(b"%d:%s" % (len(part), part) for part in parts)
 
 
-def unpack(data: bytes, count: int) -> tuple[list[bytes], bytes]:
-    """The first ``count`` parts of :func:`pack` output, and the bytes after them."""
+def unpack(data: bytes, count: int, start: int = 0) -> tuple[list[bytes], bytes]:
+    """The first ``count`` parts of :func:`pack` output (read from ``start``), and the
+    bytes after them.
+
+    Raises:
+        ValueError: ``data`` does not hold ``count`` parts.
+    """
     parts: list[bytes] = []
-    pos = 0
+    pos = start
     for _ in range(count):
         colon = data.index(b":", pos)
         end = colon + 1 + int(data[pos:colon])
+        if end > len(data) or end <= colon:
+            raise ValueError("a length-prefixed part runs past the end of the data")
         parts.append(data[colon + 1 : end])
         pos = end
     return parts, data[pos:]
@@ -330,7 +342,14 @@ class RedisTarget:
         return redis.asyncio.Redis(db=self.db, retry=retry, retry_on_error=errors, **self._common())
 
     def error(self, exc: BaseException) -> StorageError:
-        """``exc`` (from the driver) as a StorageError that names this target."""
+        """``exc`` (from the driver) as a StorageError that names this target: a
+        :class:`~statekeeper.errors.ReadOnlyError` when the server refuses writes (a
+        read-only replica)."""
+        if isinstance(exc, redis.exceptions.ReadOnlyError):
+            return ReadOnlyError(
+                f"Redis at {self.url} refuses writes (it is a read-only replica: {exc}); "
+                "write to the primary, or open the replica with mode=ro to read"
+            )
         if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError):
             return StorageError(
                 f"cannot reach Redis at {self.url} (after {self.retries} retries): {exc}"

@@ -2,9 +2,12 @@
 
 A component writes each operation once, as a generator that yields :class:`Cmd`,
 :class:`Eval` and :class:`Batch` requests (and :class:`Emit` for the items of a stream)
-and receives their replies. :class:`Connection` runs such a generator with the synchronous
-client (:meth:`~Connection.run`, :meth:`~Connection.iterate`) or with the asyncio client of
-the running event loop (:meth:`~Connection.arun`, :meth:`~Connection.aiterate`): only the
+and receives their replies; a request that fails raises its
+:class:`~statekeeper.errors.StorageError` inside the generator, at the ``yield``, so an
+operation may handle it (the Redis checkpointer's open tells a replica that way).
+:class:`Connection` runs such a generator with the synchronous client
+(:meth:`~Connection.run`, :meth:`~Connection.iterate`) or with the asyncio client of the
+running event loop (:meth:`~Connection.arun`, :meth:`~Connection.aiterate`): only the
 I/O differs, never the logic. Driver errors leave as
 :class:`~statekeeper.errors.StorageError` (see :meth:`RedisTarget.error`).
 """
@@ -154,26 +157,35 @@ class Connection:
     def run(self, op: Op[T]) -> T:
         """Run ``op`` to completion with the synchronous client; return its result."""
         reply: Any = None
+        failed: StorageError | None = None
         while True:
             try:
-                call = op.send(reply)
+                call = op.send(reply) if failed is None else op.throw(failed)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply = self._execute(call)
+            reply, failed = self._attempt(call)
 
     def iterate(self, stream: Stream) -> Iterator[Any]:
         """Run ``stream`` with the synchronous client, yielding what it emits, lazily."""
         reply: Any = None
+        failed: StorageError | None = None
         while True:
             try:
-                call = stream.send(reply)
+                call = stream.send(reply) if failed is None else stream.throw(failed)
             except StopIteration:
                 return
             if isinstance(call, Emit):
-                reply = None
+                reply, failed = None, None
                 yield call.value
             else:
-                reply = self._execute(call)
+                reply, failed = self._attempt(call)
+
+    def _attempt(self, call: Call) -> tuple[Any, StorageError | None]:
+        """``call``'s reply, or the StorageError it failed with (for the operation)."""
+        try:
+            return self._execute(call), None
+        except StorageError as exc:
+            return None, exc
 
     def _execute(self, call: Call) -> Any:
         if self.target.cluster:
@@ -248,26 +260,34 @@ class Connection:
     async def arun(self, op: Op[T]) -> T:
         """Run ``op`` to completion with the running loop's asyncio client."""
         reply: Any = None
+        failed: StorageError | None = None
         while True:
             try:
-                call = op.send(reply)
+                call = op.send(reply) if failed is None else op.throw(failed)
             except StopIteration as done:
                 return done.value  # type: ignore[no-any-return]
-            reply = await self._aexecute(call)
+            reply, failed = await self._aattempt(call)
 
     async def aiterate(self, stream: Stream) -> AsyncIterator[Any]:
         """Run ``stream`` with the running loop's asyncio client, yielding what it emits."""
         reply: Any = None
+        failed: StorageError | None = None
         while True:
             try:
-                call = stream.send(reply)
+                call = stream.send(reply) if failed is None else stream.throw(failed)
             except StopIteration:
                 return
             if isinstance(call, Emit):
-                reply = None
+                reply, failed = None, None
                 yield call.value
             else:
-                reply = await self._aexecute(call)
+                reply, failed = await self._aattempt(call)
+
+    async def _aattempt(self, call: Call) -> tuple[Any, StorageError | None]:
+        try:
+            return await self._aexecute(call), None
+        except StorageError as exc:
+            return None, exc
 
     async def _aexecute(self, call: Call) -> Any:
         client = self._live(await self._async_client())

@@ -1,5 +1,7 @@
-"""How the Redis checkpointer lists across threads: the ``ids`` index of every thread,
-merged newest first, read a page at a time, within a listing's limit.
+"""How the Redis checkpointer lists across threads: the registry of threads (checked
+against its count; entries of expired threads swept), the ``ids`` index of every thread,
+merged newest first, read a page at a time, within a listing's limit; and the steps every
+listing shares (large values fetched after a script, the first item of a stream).
 
 Pure bookkeeping over sans-IO requests (:class:`~._io.Cmd`, :class:`~._io.Batch`): the
 listing in :mod:`._reads` runs it with the sync or the asyncio client.
@@ -8,17 +10,102 @@ listing in :mod:`._reads` runs it with the sync or the asyncio client.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from statekeeper.backends.redis._client import ordered
-from statekeeper.backends.redis._io import Batch, Cmd, Op
-from statekeeper.backends.redis._layout import rank, swap
+from statekeeper.backends.redis import _lua as lua
+from statekeeper.backends.redis._client import ordered, untag
+from statekeeper.backends.redis._integrity.checked import Checked, log
+from statekeeper.backends.redis._integrity.seal import BACKEND, Bad, corrupt, damage, path
+from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
+from statekeeper.backends.redis._layout import END, rank, swap
+from statekeeper.errors import Damage
 
-__all__ = ["PAGE", "SCAN", "Budget", "Merge", "Source", "span"]
+__all__ = [
+    "PAGE",
+    "SCAN",
+    "Budget",
+    "Merge",
+    "Registry",
+    "Source",
+    "fill",
+    "first_item",
+    "span",
+]
 
 PAGE = 100  # checkpoints per listing script call (bounds each reply)
 SCAN = 500  # registry entries, index members or hash fields per paging call
+
+
+class Registry(Checked):
+    """The registry of threads, as the reads and maintenance use it."""
+
+    def _checked_registry(self) -> Op[list[str]]:
+        """The registered threads, after checking the registry against its count."""
+        members, count = yield Eval(lua.REGISTRY, (self.registry, self.counter), ("check",))
+        if count is not None and int(count) != members:
+            reason = (
+                f"the registry of threads lists {members} threads where {int(count)} were "
+                "registered (members or the whole key were deleted)"
+            )
+            self._skip(corrupt(Damage(reason, BACKEND, record="index", path=path(self.registry))))
+        threads: list[str] = yield from self.registered()
+        return threads
+
+    # -- the registry of threads ---------------------------------------------------------
+
+    def registered(self, *, lenient: bool = False) -> Op[list[str]]:
+        """Every registered thread (a thread put meanwhile may or may not be in it). A
+        member that is no thread's tag is damage: raised, or skipped and logged
+        (``on_corrupt="fallback"``, or ``lenient``: maintenance skips what it cannot
+        visit)."""
+        found: dict[bytes, None] = {}
+        cursor = 0
+        while True:
+            cursor, entries = yield Cmd(("ZSCAN", self.registry, cursor, "COUNT", SCAN))
+            found.update(dict.fromkeys(member for member, _ in entries))
+            if cursor == 0:
+                break
+        threads = []
+        for member in found:
+            try:
+                threads.append(untag(member))
+            except ValueError:
+                reason = "a member of the registry of threads is no thread's tag"
+                where = path(self.registry, member)
+                error = corrupt(Damage(reason, BACKEND, None, record="index", path=where))
+                if not lenient:
+                    self._skip(error)
+                else:
+                    log.warning("%s; skipped", error)
+        return threads
+
+    def sweep(self) -> Op[None]:
+        """Drop registry entries of threads whose keys have all expired (bounded work);
+        read-only, nothing."""
+        if self.read_only:
+            return
+        now = f"{time.time() * 1000:.0f}"
+        flat = yield Eval(lua.EXPIRED, (self.registry,), (now, SCAN))
+        pairs = list(zip(flat[::2], flat[1::2], strict=True))
+        if not pairs:
+            return
+        pairs = [(m, s) for m, s in pairs if _is_tag(m)]
+        if not pairs:
+            return
+        exists = yield Batch(tuple(Cmd(("EXISTS", *self.keys(untag(m)))) for m, _ in pairs))
+        gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
+        if gone:
+            yield Eval(lua.REMOVE_IF, (self.registry, self.counter), tuple(gone))
+
+
+def _is_tag(member: bytes) -> bool:
+    try:
+        untag(member)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -86,6 +173,11 @@ class Merge:
         return Cmd(("ZRANGE", source.keys[0], high, b"-", "BYLEX", "REV", "LIMIT", 0, self.page))
 
     def _refill(self, source: Source, members: list[bytes]) -> None:
+        for member in members:
+            if member.count(END) != 2:  # not E(checkpoint id) E(ns): the merge needs both
+                reason = "an ids member is not a checkpoint reference"
+                keys = dict(zip(lua.THREAD_KEYS, source.keys, strict=True))
+                raise corrupt(damage(Bad(reason, "index", "ids", member), keys, source.thread_id))
         source.buffer, source.more = list(members), len(members) == self.page
         if members:
             source.last = members[-1]
@@ -107,3 +199,44 @@ def span(ns: str | None, checkpoint_id: str | None, below: str | None) -> tuple[
     if checkpoint_id is not None:
         return "ids", b"[" + ordered(checkpoint_id), b"(" + ordered(checkpoint_id) + b"\xff"
     return "ids", b"-", (b"(" + ordered(below) if below is not None else b"+")
+
+
+def fill(groups: list[tuple[tuple[bytes, ...], list[list[Any]]]]) -> Op[bool]:
+    """Replace the ``[field]`` links of value chains (large values, left out of the
+    scripts) by the values: one HMGET per thread. False if a value is gone (deleted
+    since the script ran): the caller reads again."""
+    calls: list[Cmd | Eval] = []
+    slots: list[tuple[list[Any], int, int]] = []  # (links, position, value index)
+    offset = 0
+    for keys, chains in groups:
+        fields: dict[bytes, int] = {}  # each field once per HMGET
+        for links in chains:
+            for i, link in enumerate(links):
+                if isinstance(link, list) and len(link) == 1:
+                    slots.append((links, i, offset + fields.setdefault(link[0], len(fields))))
+        if fields:
+            calls.append(Cmd(("HMGET", keys[3], *fields)))
+            offset += len(fields)
+    if not calls:
+        return True
+    replies = yield Batch(tuple(calls))
+    values = [value for reply in replies for value in reply]
+    for links, i, index in slots:
+        if values[index] is None:
+            return False
+        links[i] = values[index]
+    return True
+
+
+def first_item(stream: Stream) -> Op[Any]:
+    """The first item ``stream`` emits (``None`` if none), as an operation."""
+    reply: Any = None
+    while True:
+        try:
+            call = stream.send(reply)
+        except StopIteration:
+            return None
+        if isinstance(call, Emit):
+            stream.close()
+            return call.value
+        reply = yield call

@@ -10,12 +10,15 @@ thread's hash tag, so it runs atomically on one Cluster node. Ids reach scripts 
     3 cp      hash        ref -> record                   the checkpoint without its values
     4 blobs   hash        E(ns) E(channel) E(version) -> value ("" = a version without value)
     5 refs    hash        blob field -> number of records (and deltas) that reference it;
-                          also the base field and the CRC of each value (see below)
+                          also the base field and the CRC of each value, and the number
+                          of pending writes of each checkpoint (``WCOUNT`` + ref)
     6 writes  hash        ref E(task id) idx -> pending write
     7 wix     sorted set  the fields of ``writes``        a checkpoint's writes by range
     8 runs    sorted set  E(run id) ref                   delete_for_runs
 
-``KEYS[9]``, when given (standalone servers only), is the registry of threads.
+``KEYS[9]`` and ``KEYS[10]``, when given (standalone servers only), are the registry of
+threads and the count of its members (a key in the registry's slot,
+``<prefix>:{<prefix>:threads}:count``), which tells a deleted registry entry or key.
 
 The field ``STAMP`` (one byte, ``\xff``: no value field is empty, so it is no value's CRC
 field) of ``refs`` is the thread's change stamp, ``<seconds>.<microseconds>:<count>``: every
@@ -46,18 +49,26 @@ __all__ = [
     "DELETE_THREAD",
     "EXPIRED",
     "FINISH_COPY",
+    "LAYOUT",
+    "LAYOUT_VERSION",
     "NAMESPACES",
     "PUT",
     "PUT_WRITES",
     "READ",
+    "REGISTER",
+    "REGISTRY",
     "REMOVE_IF",
+    "REPAIR",
     "STAMP",
     "THREAD_KEYS",
+    "UNREGISTER",
     "WALK",
+    "WCOUNT",
 ]
 
 THREAD_KEYS = ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
 STAMP = b"\xff"  # the field of ``refs`` holding the thread's change stamp
+WCOUNT = b"\xfd"  # + ref: the field of ``refs`` counting a checkpoint's pending writes
 
 # The functions every thread script starts with, kept as a Lua file to be read as Lua.
 _LIB = (resources.files(__package__) / "_thread_lib.lua").read_text(encoding="utf-8")
@@ -85,8 +96,10 @@ for i = 1, #fields do redis.call('HINCRBY', KEYS[5], fields[i], 1) end
 local old = redis.call('ZADD', KEYS[2], 0, ref) == 0 and redis.call('HGET', KEYS[3], ref)
 if old then  -- stored before (a retried put): replace that record
   local oldrun, oldfields = header(old)
-  release(oldfields)
-  if oldrun ~= '' and oldrun .. ref ~= run then redis.call('ZREM', KEYS[8], oldrun .. ref) end
+  if oldfields then release(oldfields) end
+  if oldrun and oldrun ~= '' and oldrun .. ref ~= run then
+    redis.call('ZREM', KEYS[8], oldrun .. ref)
+  end
 end
 redis.call('HSET', KEYS[3], ref, rec)
 redis.call('ZADD', KEYS[1], 0, swap(ref))
@@ -97,22 +110,31 @@ return 1
 """
 )
 
-# ARGV: ttl, registry score and member, then (field, value, replace) triples. A regular
-# write already stored for (task, idx) is kept (replace "0"); special channels replace
-# (replace "1").
+# ARGV: ttl, registry score and member, the checkpoint's ref, then (field, value, replace)
+# triples. A regular write already stored for (task, idx) is kept (replace "0"); special
+# channels replace (replace "1"). The checkpoint's count of writes grows by the fields
+# added; a checkpoint with writes of layout 1 (no count) gets the count of its wix range.
 PUT_WRITES = Script(
     _LIB
     + r"""
 register()
-for i = 4, #ARGV, 3 do
+local ref, added = ARGV[4], 0
+for i = 5, #ARGV, 3 do
   if ARGV[i + 2] == '1' then
-    redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 1])
+    added = added + redis.call('HSET', KEYS[6], ARGV[i], ARGV[i + 1])
   else
-    redis.call('HSETNX', KEYS[6], ARGV[i], ARGV[i + 1])
+    added = added + redis.call('HSETNX', KEYS[6], ARGV[i], ARGV[i + 1])
   end
   redis.call('ZADD', KEYS[7], 0, ARGV[i])
 end
 bump(KEYS[1], KEYS[5], KEYS[7], true)
+local counted = '\253' .. ref
+if redis.call('HEXISTS', KEYS[5], counted) == 1 then
+  if added > 0 then redis.call('HINCRBY', KEYS[5], counted, added) end
+else
+  redis.call('HSET', KEYS[5], counted,
+    redis.call('ZLEXCOUNT', KEYS[7], '[' .. ref, '(' .. ref .. '\255'))
+end
 expire(ARGV[1])
 return 1
 """
@@ -121,9 +143,13 @@ return 1
 # ARGV: ttl (-1: no refresh), what ("r" records, "f" full, "w" writes only), n, then n
 # (value field, crc) pairs the caller holds, then mode, then for mode "ids"/"ns": min,
 # max, limit (newest first); for mode "refs": the refs.
-# Reply per checkpoint: {ref, record or false, {chain per value field}, {write field,
-# value, ...}}; a chain is the stored value and the bases it is a delta on (large values
-# as {field}: the caller fetches those with HMGET, and reads again if one is gone).
+# Reply: {{members of ids, of ns, fields of cp, 1 if refs holds the change stamp}, items}
+# (the three counts are equal in an intact thread), an item per checkpoint: {ref, record
+# or false, {chain per value field}, {write field, value or false, ...}, 1 if the ref is
+# indexed but has no record (damage) else 0, its count of writes or false}; a chain is
+# the stored value and the bases it is a delta on (large values as {field}: the caller
+# fetches those with HMGET, and reads again if one is gone). A record whose header
+# cannot be read gets no chains: the caller finds it damaged.
 READ = Script(
     _LIB
     + r"""
@@ -142,20 +168,32 @@ else
     for i = 1, #refs do refs[i] = swap(refs[i]) end
   end
 end
+local check = {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]),
+  redis.call('HLEN', KEYS[3]), redis.call('HEXISTS', KEYS[5], '\255')}
 local out = {}
 for i = 1, #refs do
   local ref = refs[i]
-  local item = {ref, false, {}, {}}
-  if what ~= 'w' then item[2] = redis.call('HGET', KEYS[3], ref) end
+  local item = {ref, false, {}, {}, 0, false}
+  if what ~= 'w' then
+    item[2] = redis.call('HGET', KEYS[3], ref)
+    if not item[2] and (mode ~= 'refs' or redis.call('ZSCORE', KEYS[2], ref)) then
+      item[5] = 1
+    end
+  end
   if what == 'f' and item[2] then
     local _, fields, nload = header(item[2])
-    for j = 1, nload do item[3][j] = chain(fields[j]) end
+    if fields then
+      for j = 1, nload do item[3][j] = chain(fields[j]) end
+    end
   end
-  if what == 'w' or (what == 'f' and item[2]) then item[4] = writes_of(ref) end
+  if what == 'w' or (what == 'f' and item[2]) then
+    item[4] = writes_of(ref)
+    item[6] = redis.call('HGET', KEYS[5], '\253' .. ref)
+  end
   out[i] = item
 end
 if #out > 0 and tonumber(ARGV[1]) > 0 then expire(ARGV[1]) end
-return out
+return {check, out}
 """
 )
 
@@ -232,7 +270,7 @@ return out
 """
 )
 
-# KEYS: cp, blobs. ARGV: E(ns), checkpoint id to start from (excluded), max steps, then
+# KEYS: cp, blobs, refs. ARGV: E(ns), checkpoint id to start from (excluded), max steps, then
 # E(ns) E(channel) per channel. Follows parent links; per ancestor replies {id, {field or
 # false per channel}}: the value field when that ancestor's version of the channel holds a
 # value. Stops at the root, a missing parent, after max steps, or once every channel has
@@ -241,23 +279,31 @@ WALK = Script(
     _LIB
     + r"""
 local ens, out = ARGV[1], {}
-local rec = redis.call('HGET', KEYS[1], ens .. enc(ARGV[2]))
+local at = ens .. enc(ARGV[2])
+local rec = redis.call('HGET', KEYS[1], at)
 local nch = #ARGV - 3
 local found, nfound = {}, 0
 for step = 1, tonumber(ARGV[3]) do
   if not rec or nfound == nch then break end
   local _, _, _, parent = header(rec)
+  if not parent then return damaged('cp', at) end
   if parent == '' then break end
-  rec = redis.call('HGET', KEYS[1], ens .. enc(parent))
+  at = ens .. enc(parent)
+  rec = redis.call('HGET', KEYS[1], at)
   if not rec then break end
   local _, fields, nload = header(rec)
+  if not fields then return damaged('cp', at) end
   local hits = {}
   for c = 1, nch do
     local prefix = ARGV[c + 3]
     hits[c] = false
     for i = 1, nload do
       if string.sub(fields[i], 1, #prefix) == prefix then
-        if redis.call('HSTRLEN', KEYS[2], fields[i]) > 0 then hits[c] = fields[i] end
+        if redis.call('HSTRLEN', KEYS[2], fields[i]) > 0 then
+          hits[c] = fields[i]
+        elseif redis.call('HEXISTS', KEYS[3], '\255' .. fields[i]) == 1 then
+          return damaged('blobs', fields[i])  -- a value deleted or emptied
+        end
         break
       end
     end
@@ -303,6 +349,47 @@ return 1
 """
 )
 
+# ARGV: the change stamp the repair was planned against ("" for none), then operations on
+# the thread's keys (KEYS index k): "za" k member (ZADD), "zr" k member (ZREM), "hs" k
+# field value (HSET), "hd" k field (HDEL), "cas" k field old new (HSET if the field holds
+# old). Runs them only if the stamp is unchanged (else nothing: reply false), counts the
+# stamp up, gives keys created meanwhile the thread's expiry, and replies the new stamp.
+REPAIR = Script(
+    _LIB
+    + r"""
+if (redis.call('HGET', KEYS[5], '\255') or '') ~= ARGV[1] then return false end
+local i = 2
+while i <= #ARGV do
+  local op, k = ARGV[i], KEYS[tonumber(ARGV[i + 1])]
+  if op == 'za' then
+    redis.call('ZADD', k, 0, ARGV[i + 2])
+  elseif op == 'zr' then
+    redis.call('ZREM', k, ARGV[i + 2])
+  elseif op == 'hs' then
+    redis.call('HSET', k, ARGV[i + 2], ARGV[i + 3])
+    i = i + 1
+  elseif op == 'hd' then
+    redis.call('HDEL', k, ARGV[i + 2])
+  elseif op == 'cas' then
+    if redis.call('HGET', k, ARGV[i + 2]) == ARGV[i + 3] then
+      redis.call('HSET', k, ARGV[i + 2], ARGV[i + 4])
+    end
+    i = i + 2
+  end
+  i = i + 3
+end
+bump(KEYS[1], KEYS[5], KEYS[7])
+local ttl = -1
+for j = 1, 8 do ttl = math.max(ttl, redis.call('PTTL', KEYS[j])) end
+if ttl > 0 then
+  for j = 1, 8 do
+    if redis.call('PTTL', KEYS[j]) == -1 then redis.call('PEXPIRE', KEYS[j], ttl) end
+  end
+end
+return redis.call('HGET', KEYS[5], '\255') or ''
+"""
+)
+
 # The thread registry (a sorted set: member = tagged thread id, score = the time in ms its
 # keys expire, +inf for never) lives in its own slot, so it is updated next to the
 # thread's scripts, not inside them. These two sweep entries whose threads expired.
@@ -315,8 +402,8 @@ return redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[1], 'BYSCORE',
 """
 )
 
-# KEYS: registry. ARGV: member, score, ... Removes each member whose score is unchanged (a
-# writer that touched the thread since has moved its score, and keeps it).
+# KEYS: registry, its count. ARGV: member, score, ... Removes each member whose score is
+# unchanged (a writer that touched the thread since has moved its score, and keeps it).
 REMOVE_IF = Script(
     r"""
 local n = 0
@@ -325,6 +412,58 @@ for i = 1, #ARGV, 2 do
     n = n + redis.call('ZREM', KEYS[1], ARGV[i])
   end
 end
+if n > 0 and KEYS[2] then redis.call('DECRBY', KEYS[2], n) end
 return n
+"""
+)
+
+# The registry's count (KEYS[2]) is the number of its members (KEYS[1]): every script that
+# adds or removes one counts it, so a member or the whole key deleted by something else
+# shows as a difference.
+
+# KEYS: registry, count. ARGV: score, member. Registers a thread (or moves its score).
+REGISTER = Script(
+    r"""
+if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCR', KEYS[2]) end
+return 1
+"""
+)
+
+# KEYS: registry, count. ARGV: member. Unregisters a thread.
+UNREGISTER = Script(
+    r"""
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then redis.call('DECR', KEYS[2]) end
+return 1
+"""
+)
+
+# KEYS: registry, count. ARGV: what ("check", "start": count the members if there is no
+# count yet -- a registry of layout 1 --, "reset": count them now, a repair). Replies
+# {members, count or false}.
+REGISTRY = Script(
+    r"""
+if ARGV[1] == 'reset' or (ARGV[1] == 'start' and redis.call('EXISTS', KEYS[2]) == 0) then
+  redis.call('SET', KEYS[2], redis.call('ZCARD', KEYS[1]))
+end
+return {redis.call('ZCARD', KEYS[1]), redis.call('GET', KEYS[2])}
+"""
+)
+
+# 2: records, values and writes are sealed (a CRC each: _integrity.seal), refs counts each
+# checkpoint's writes. Layout-1 keys are read as they are; opening read-write upgrades the
+# version key, so that an older statekeeper refuses the prefix instead of misreading it.
+LAYOUT_VERSION = 2
+
+# KEYS: the layout key. ARGV: this layout's version. Stores it where there is none or an
+# older one (the upgrade: older keys stay readable); replies what the key held (false:
+# nothing), which the caller checks. Writes nothing when the key is current, so opening
+# a read-only replica whose data is current works.
+LAYOUT = Script(
+    r"""
+local held = redis.call('GET', KEYS[1])
+if not held or (string.find(held, '^%d+$') and tonumber(held) < tonumber(ARGV[1])) then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return held
 """
 )

@@ -11,40 +11,39 @@ registry.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory, PendingWrite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.lineage import assemble_history, walk_chains
-from statekeeper._storage.payload import decode
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import ordered, split_ordered, untag
-from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
-from statekeeper.backends.redis._layout import (
-    Item,
-    Layout,
-    Payloads,
-    Record,
-    decode_writes,
-    pending,
-    swap,
-    unstable,
-    value_chains,
+from statekeeper.backends.redis._client import ordered
+from statekeeper.backends.redis._integrity.records import Payloads
+from statekeeper.backends.redis._integrity.seal import Bad
+from statekeeper.backends.redis._io import Batch, Call, Cmd, Emit, Eval, Op, Stream
+from statekeeper.backends.redis._layout import Item, pending, swap, unstable, value_chains
+from statekeeper.backends.redis._listing import (
+    PAGE,
+    SCAN,
+    Budget,
+    Merge,
+    Registry,
+    Source,
+    fill,
+    first_item,
+    span,
 )
-from statekeeper.backends.redis._listing import PAGE, SCAN, Budget, Merge, Source, span
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.checkpointers.semantics import (
     before_id,
-    checkpoint_config,
     list_scope,
     location,
     matches,
 )
-from statekeeper.errors import ConfigurationError
+from statekeeper.errors import ConfigurationError, CorruptCheckpointError
 
 __all__ = ["Reads", "holds_value"]
 
@@ -52,7 +51,7 @@ WALK_STEPS = 256  # ancestors followed per script call
 READ_ATTEMPTS = 5  # reads of a checkpoint whose large values vanished meanwhile
 
 
-class Reads(Layout):
+class Reads(Registry):
     """The reading operations. ``serde`` is passed to each call because LangGraph's
     ``with_allowlist`` clones a saver with another serializer."""
 
@@ -63,46 +62,24 @@ class Reads(Layout):
         what: str,
         *mode: Any,
         known: Sequence[bytes] = (),
+        refresh: bool = True,
     ) -> Op[list[Item]]:
-        """One READ script call (see its ARGV); with ``"f"``, the large values fetched
-        too. Consistent: read again if a checkpoint changed in between."""
-        refresh = self.ttl_ms if self.refresh_on_read else -1
-        call = Eval(lua.READ, keys, (refresh, what, len(known) // 2, *known, *mode))
+        """One READ script call (see its ARGV), its thread-wide checks passed; with
+        ``"f"``, the large values fetched too. Consistent: read again if a checkpoint
+        changed in between. Restarts the thread's TTL with ``refresh_on_read`` (never
+        read-only)."""
+        refresh = refresh and self.refresh_on_read and not self.read_only
+        ttl = self.ttl_ms if refresh else -1
+        call = Eval(lua.READ, keys, (ttl, what, len(known) // 2, *known, *mode))
         for _ in range(READ_ATTEMPTS):
-            if self.refresh_on_read:
-                _, items = yield Batch((self.touch(thread_id, only_existing=True), call))
+            if refresh:
+                _, reply = yield Batch((self.touch(thread_id, only_existing=True), call))
             else:
-                items = yield call
-            if what != "f" or (yield from self._fill([(keys, value_chains(items))])):
-                return items  # type: ignore[no-any-return]
+                reply = yield call
+            items = self._checked(thread_id, reply)
+            if what != "f" or (yield from fill([(keys, value_chains(items))])):
+                return items
         raise unstable()
-
-    @staticmethod
-    def _fill(groups: list[tuple[tuple[bytes, ...], list[list[Any]]]]) -> Op[bool]:
-        """Replace the ``[field]`` links of value chains (large values, left out of the
-        scripts) by the values: one HMGET per thread. False if a value is gone (deleted
-        since the script ran): the caller reads again."""
-        calls: list[Cmd | Eval] = []
-        slots: list[tuple[list[Any], int, int]] = []  # (links, position, value index)
-        offset = 0
-        for keys, chains in groups:
-            fields: dict[bytes, int] = {}  # each field once per HMGET
-            for links in chains:
-                for i, link in enumerate(links):
-                    if isinstance(link, list) and len(link) == 1:
-                        slots.append((links, i, offset + fields.setdefault(link[0], len(fields))))
-            if fields:
-                calls.append(Cmd(("HMGET", keys[3], *fields)))
-                offset += len(fields)
-        if not calls:
-            return True
-        replies = yield Batch(tuple(calls))
-        values = [value for reply in replies for value in reply]
-        for links, i, index in slots:
-            if values[index] is None:
-                return False
-            links[i] = values[index]
-        return True
 
     def get_tuple(
         self, serde: SerializerProtocol, config: RunnableConfig
@@ -117,9 +94,19 @@ class Reads(Layout):
         else:
             mode = ("refs", ens + ordered(checkpoint_id))
         items = yield from self._read(thread_id, keys, "f", *mode, known=known)
-        if not items or not items[0][1]:
+        if not items:
             return None
-        return self._tuple(serde, thread_id, items[0], Payloads(data))
+        try:
+            return self._load_item(serde, thread_id, items[0], Payloads(data))
+        except CorruptCheckpointError as exc:
+            if checkpoint_id is not None:  # asked for by id: that one, or an error
+                raise
+            self._skip(exc)
+        # on_corrupt="fallback": the newest intact checkpoint older than the damaged one
+        scope = ("ns", b"[" + ens, b"(" + items[0][0])
+        older = self._list_thread(serde, thread_id, ns, scope, None, Budget(1))
+        found: CheckpointTuple | None = yield from first_item(older)
+        return found
 
     def writes(self, serde: SerializerProtocol, config: RunnableConfig) -> Op[list[TaskWrite]]:
         """The pending writes of the checkpoint ``config`` names, as ``get_tuple`` orders
@@ -129,7 +116,7 @@ class Reads(Layout):
             raise ConfigurationError("get_writes needs a checkpoint_id in the config")
         ref = ordered(ns) + ordered(checkpoint_id)
         items = yield from self._read(thread_id, self.keys(thread_id), "w", "refs", ref)
-        return decode_writes(serde, items[0][3]) if items else []
+        return self._task_writes(serde, thread_id, items[0]) if items else []
 
     def listing(
         self,
@@ -167,9 +154,12 @@ class Reads(Layout):
         ref = ordered(ns) + ordered(checkpoint_id)
         keys = self.keys(thread_id)
         items = yield from self._read(thread_id, keys, "f", "refs", ref, known=known)
-        for item in items:
-            if item[1] and self._matches(item, filter):
-                yield Emit(self._tuple(serde, thread_id, item, Payloads(data)))
+        for item in items:  # asked for by id: that one, or an error
+            if item[1] and not self._matches(thread_id, item, filter):
+                continue
+            tup = self._load_item(serde, thread_id, item, Payloads(data))
+            if tup is not None:
+                yield Emit(tup)
 
     def _list_thread(
         self,
@@ -192,16 +182,44 @@ class Reads(Layout):
                 thread_id, keys, what, mode, low, high, size, known=() if filter else known
             )
             found = yield from self._matching(thread_id, keys, items, filter, known)
-            payloads = Payloads(data)  # one per READ reply: it sends each value once
-            for item in found:
-                if item[1]:
-                    yield Emit(self._tuple(serde, thread_id, item, payloads))
-                    if budget.spend():
-                        return
+            if (yield from self._emit_page(serde, (thread_id, keys), found, (known, data), budget)):
+                return
             if len(items) < size:
                 return
             last = items[-1][0]
             high = b"(" + (swap(last) if mode == "ids" else last)
+
+    def _emit_page(
+        self,
+        serde: SerializerProtocol,
+        thread: tuple[str, tuple[bytes, ...]],
+        found: list[Item],
+        memory: tuple[Sequence[bytes], dict[bytes, bytes]],
+        budget: Budget,
+    ) -> Generator[Call | Emit, Any, bool]:
+        """Emit the checkpoints of one READ reply's items; True once ``budget`` is spent.
+        A damaged one skipped (``on_corrupt="fallback"``), the rest are read again: the
+        reply sent each value once, with the first item that needed it."""
+        thread_id, keys = thread
+        known, data = memory
+        payloads = Payloads(data)  # one per READ reply
+        queue = list(found)
+        while queue:
+            item = queue.pop(0)
+            try:
+                tup = self._load_item(serde, thread_id, item, payloads)
+            except CorruptCheckpointError as exc:
+                self._skip(exc)
+                if queue:
+                    refs = [later[0] for later in queue]
+                    queue = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
+                    payloads = Payloads(data)
+                continue
+            if tup is not None:
+                yield Emit(tup)
+                if budget.spend():
+                    return True
+        return False
 
     def _matching(
         self,
@@ -211,10 +229,21 @@ class Reads(Layout):
         filter: dict[str, Any] | None,
         known: Sequence[bytes],
     ) -> Op[list[Item]]:
-        """The items of a page that exist and match ``filter``. With a filter the page
-        holds records only, so the matches are read again in full (one READ)."""
-        found = [item for item in items if item[1] and self._matches(item, filter)]
-        if filter and found:
+        """The items of a page that exist (or should: damaged) and match ``filter``. With
+        a filter the page holds records only, so the matches are read again in full (one
+        READ); a damaged record is skipped (``on_corrupt="fallback"``) or raised."""
+        if not filter:
+            return items
+        found = []
+        for item in items:
+            try:
+                if item[1] and self._matches(thread_id, item, filter):
+                    found.append(item)
+                elif item[4]:
+                    found.append(item)  # listed but missing: loading it reports it
+            except CorruptCheckpointError as exc:
+                self._skip(exc)
+        if found:
             refs = [item[0] for item in found]
             found = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
         return found
@@ -226,10 +255,17 @@ class Reads(Layout):
         below: str | None,
         limit: int | None,
     ) -> Stream:
-        """``list(None)``: a k-way merge of every registered thread's newest-first index."""
+        """``list(None)``: a k-way merge of every registered thread's newest-first index,
+        the registry's count and every thread's indexes checked first (a merge of
+        damaged indexes would leave checkpoints out unnoticed)."""
         yield from self.sweep()
-        tags = yield from self.registered()
-        sources = [Source(untag(t), self.keys(untag(t))) for t in tags]
+        threads = yield from self._checked_registry()
+        sources = [Source(thread_id, self.keys(thread_id)) for thread_id in threads]
+        for start in range(0, len(sources), SCAN):
+            chunk = sources[start : start + SCAN]
+            checks = tuple(Eval(lua.READ, s.keys, (-1, "r", 0, "refs")) for s in chunk)
+            for source, reply in zip(chunk, (yield Batch(checks)), strict=True):
+                self._checked(source.thread_id, reply)
         top = b"(" + ordered(below) if below is not None else b"+"
         budget = Budget(limit)
         merge = Merge(sources, top, page=budget.page(filter))
@@ -249,7 +285,9 @@ class Reads(Layout):
         filter: dict[str, Any] | None,
     ) -> Op[list[CheckpointTuple]]:
         """Load checkpoints of several threads (one script per thread), in ``group``'s
-        order; with a filter, records first and everything only for those that match."""
+        order; with a filter, records first and everything only for those that match.
+        A checkpoint deleted since the index was read is left out; a damaged one raises
+        (or is skipped and logged, ``on_corrupt="fallback"``)."""
         wanted: dict[int, list[bytes]] = {}
         for index, ref in group:
             wanted.setdefault(index, []).append(ref)
@@ -261,70 +299,74 @@ class Reads(Layout):
                 )
             )
             wanted = {}
-            for i, items in zip(order, replies, strict=True):
-                for item in items:
-                    if item[1] and self._matches(item, filter):
-                        wanted.setdefault(i, []).append(item[0])
-        loaded: dict[tuple[int, bytes], Item] = {}
+            for i, reply in zip(order, replies, strict=True):
+                thread_id = sources[i].thread_id
+                for item in self._checked(thread_id, reply):
+                    try:
+                        if item[4] or (item[1] and self._matches(thread_id, item, filter)):
+                            wanted.setdefault(i, []).append(item[0])
+                    except CorruptCheckpointError as exc:
+                        self._skip(exc)
+        loaded = yield from self._load_refs(sources, wanted)
+        found = []
+        payloads = {index: Payloads() for index in wanted}  # one per READ reply
+        dirty: set[int] = set()  # threads whose reply lost a damaged item's values
+        for index, ref in group:
+            if (index, ref) not in loaded:
+                continue
+            if index in dirty:  # it may lean on them: read it alone
+                loaded.update((yield from self._load_refs(sources, {index: [ref]})))
+                payloads[index] = Payloads()
+            try:
+                item = loaded[(index, ref)]
+                tup = self._load_item(serde, sources[index].thread_id, item, payloads[index])
+            except CorruptCheckpointError as exc:
+                self._skip(exc)
+                dirty.add(index)
+                continue
+            if tup is not None:
+                found.append(tup)
+        return found
+
+    def _load_refs(
+        self, sources: list[Source], wanted: dict[int, list[bytes]]
+    ) -> Op[dict[tuple[int, bytes], Item]]:
+        """The READ items (in full) of these refs of several threads, by (source, ref)."""
         order = list(wanted)
         calls = tuple(
             Eval(lua.READ, sources[i].keys, (-1, "f", 0, "refs", *wanted[i])) for i in order
         )
-        for attempt in range(READ_ATTEMPTS + 1):
+        for _ in range(READ_ATTEMPTS):
             if not calls:
-                break
-            if attempt == READ_ATTEMPTS:
-                raise unstable()
+                return {}
             replies = yield Batch(calls)
+            checked = [
+                self._checked(sources[i].thread_id, reply)
+                for i, reply in zip(order, replies, strict=True)
+            ]
             chains = [
                 (sources[i].keys, value_chains(items))
-                for i, items in zip(order, replies, strict=True)
+                for i, items in zip(order, checked, strict=True)
             ]
-            if (yield from self._fill(chains)):
-                for i, items in zip(order, replies, strict=True):
-                    loaded.update({(i, item[0]): item for item in items if item[1]})
-                break
-        payloads = {index: Payloads() for index in order}  # one per READ reply
-        return [
-            self._tuple(serde, sources[index].thread_id, loaded[(index, ref)], payloads[index])
-            for index, ref in group
-            if (index, ref) in loaded
-        ]
+            if (yield from fill(chains)):
+                return {
+                    (i, item[0]): item
+                    for i, items in zip(order, checked, strict=True)
+                    for item in items
+                }
+        raise unstable()
 
-    @staticmethod
-    def _matches(item: Item, filter: dict[str, Any] | None) -> bool:
-        return not filter or matches(Record.parse(item[1]).metadata, filter)
-
-    def _tuple(
-        self, serde: SerializerProtocol, thread_id: str, item: Item, payloads: Payloads
-    ) -> CheckpointTuple:
-        ref, data, values, write_pairs = item
-        ns, checkpoint_id, _ = split_ordered(ref)
-        record = Record.parse(data)
-        checkpoint: Checkpoint = decode(serde, record.type, record.codec, record.checkpoint)
-        channel_values = {}
-        for value_field, links in zip(record.fields[: record.nload], values, strict=False):
-            if links and links[0]:  # not missing, nor b"" for a version without a value
-                channel = split_ordered(value_field)[1]
-                channel_values[channel] = payloads.value(serde, value_field, links)
-        checkpoint["channel_values"] = channel_values
-        return CheckpointTuple(
-            config=checkpoint_config(thread_id, ns, checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=record.metadata,  # type: ignore[arg-type]
-            parent_config=(
-                checkpoint_config(thread_id, ns, record.parent) if record.parent else None
-            ),
-            pending_writes=pending(decode_writes(serde, write_pairs)),
-        )
+    def _matches(self, thread_id: str, item: Item, filter: dict[str, Any] | None) -> bool:
+        return not filter or matches(self._record(thread_id, item).metadata, filter)
 
     # -- DeltaChannel support ------------------------------------------------------------
 
     def _walk(
-        self, keys: tuple[bytes, ...], ns: str, checkpoint_id: str, channels: Sequence[str]
+        self, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
     ) -> Op[list[tuple[str, dict[str, bytes | None]]]]:
         """Ancestors of a checkpoint, nearest first, with the value field of each channel
         they hold a value for, as far as the walk for ``channels`` needs them."""
+        keys = self.keys(thread_id)
         ens = ordered(ns)
         ancestors: list[tuple[str, dict[str, bytes | None]]] = []
         seen = {checkpoint_id}
@@ -332,9 +374,13 @@ class Reads(Layout):
         start = checkpoint_id
         while wanted:
             prefixes = [ens + ordered(ch) for ch in wanted]
-            steps = yield Eval(lua.WALK, keys[2:4], (ens, start, WALK_STEPS, *prefixes))
+            steps = yield Eval(lua.WALK, keys[2:5], (ens, start, WALK_STEPS, *prefixes))
             for parent, hits in steps:
-                ancestor = parent.decode()
+                try:
+                    ancestor = parent.decode()
+                except ValueError:  # the script read it from a header it could parse
+                    bad = Bad("a record names a parent id that is no text", "checkpoint", "cp")
+                    raise self._corrupt(thread_id, bad, ns, start) from None
                 ancestors.append((ancestor, dict(zip(wanted, hits, strict=True))))
                 if ancestor in seen:
                     return ancestors  # a cycle: walk_chains stops here
@@ -356,12 +402,12 @@ class Reads(Layout):
         ens = ordered(ns)
         if checkpoint_id is None:
             latest = ("ns", b"[" + ens, b"(" + ens + b"\xff", 1)
-            items = yield Eval(lua.READ, keys, (-1, "r", 0, *latest))
-            checkpoint_id = split_ordered(items[0][0])[1] if items else None
+            items = yield from self._read(thread_id, keys, "r", *latest, refresh=False)
+            checkpoint_id = self._place(thread_id, items[0][0])[1] if items else None
         chains: dict[str, list[str]] = {ch: [] for ch in channels}
         seed_fields: dict[str, bytes | None] = {}
         if checkpoint_id is not None:
-            ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
+            ancestors = yield from self._walk(thread_id, ns, checkpoint_id, channels)
             chains, seed_fields = walk_chains(checkpoint_id, ancestors, channels, holds_value)
         chain_ids = list(dict.fromkeys(a for chain in chains.values() for a in chain))
         seeds = [f for f in seed_fields.values() if f is not None]
@@ -373,51 +419,43 @@ class Reads(Layout):
             calls.append(Eval(lua.CHAINS, keys, tuple(seeds)))
         for _ in range(READ_ATTEMPTS):
             replies = (yield Batch(tuple(calls))) if calls else []
-            if not seeds or (yield from self._fill([(keys, replies[-1])])):
+            if not seeds or (yield from fill([(keys, replies[-1])])):
                 break
         else:
             raise unstable()
-        writes: dict[str, list[bytes | None]] = {}
-        for items in replies[: len(calls) - bool(seeds)]:
-            for item in items:
-                writes[split_ordered(item[0])[1]] = item[3]
+        writes: dict[str, Item] = {}
+        for reply in replies[: len(calls) - bool(seeds)]:
+            for item in self._checked(thread_id, reply):
+                writes[self._place(thread_id, item[0])[1]] = item
         seed_chains = dict(zip(seeds, replies[-1], strict=True)) if seeds else {}
+        place = (thread_id, ns, checkpoint_id)
+        decoded = self._seeds(serde, place, seed_fields, seed_chains)
+
+        def writes_of(cid: str, ch: str) -> list[PendingWrite]:
+            item = writes.get(cid)
+            return pending(self._task_writes(serde, thread_id, item, ch)) if item else []
+
+        return assemble_history(channels, chains, decoded, writes_of)
+
+    def _seeds(
+        self,
+        serde: SerializerProtocol,
+        place: tuple[str, str, str | None],
+        seed_fields: Mapping[str, bytes | None],
+        seed_chains: Mapping[bytes, list[Any]],
+    ) -> dict[str, Any]:
+        """The decoded seed of each channel that has one (``place``: thread, namespace
+        and checkpoint the history is of, for damage reports)."""
         decoded = {}
         payloads = Payloads()
         for ch, seed_field in seed_fields.items():
             links = seed_chains.get(seed_field) if seed_field is not None else None
-            if seed_field is not None and links and links[0]:
-                decoded[ch] = payloads.value(serde, seed_field, links)
-        return assemble_history(
-            channels,
-            chains,
-            decoded,
-            lambda cid, ch: pending(decode_writes(serde, writes.get(cid, []), ch)),
-        )
-
-    # -- the registry of threads ---------------------------------------------------------
-
-    def registered(self) -> Op[list[bytes]]:
-        """Every registered thread tag (a thread put meanwhile may or may not be in it)."""
-        found: dict[bytes, None] = {}
-        cursor = 0
-        while True:
-            cursor, entries = yield Cmd(("ZSCAN", self.registry, cursor, "COUNT", SCAN))
-            found.update(dict.fromkeys(member for member, _ in entries))
-            if cursor == 0:
-                return list(found)
-
-    def sweep(self) -> Op[None]:
-        """Drop registry entries of threads whose keys have all expired (bounded work)."""
-        now = f"{time.time() * 1000:.0f}"
-        flat = yield Eval(lua.EXPIRED, (self.registry,), (now, SCAN))
-        pairs = list(zip(flat[::2], flat[1::2], strict=True))
-        if not pairs:
-            return
-        exists = yield Batch(tuple(Cmd(("EXISTS", *self.keys(untag(m)))) for m, _ in pairs))
-        gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
-        if gone:
-            yield Eval(lua.REMOVE_IF, (self.registry,), tuple(gone))
+            if seed_field is not None and links:
+                try:
+                    decoded[ch] = payloads.value(serde, seed_field, links)
+                except Bad as bad:
+                    raise self._corrupt(place[0], bad, place[1], place[2]) from None
+        return decoded
 
 
 def holds_value(channel: str, value_field: bytes | None) -> bool:

@@ -1,25 +1,43 @@
 -- Functions every thread script of the Redis checkpointer starts with (statekeeper.backends.redis._lua).
 -- KEYS are the thread's keys in the order of THREAD_KEYS; see docs/redis.md for the layout.
 
+-- one length-prefixed part of s at pos, and the position after it; nil if there is none
 local function part(s, pos)
   local colon = string.find(s, ':', pos, true)
+  if not colon then return nil end
   local n = tonumber(string.sub(s, pos, colon - 1))
+  if not n or n < 0 or colon + n > #s then return nil end
   return string.sub(s, colon + 1, colon + n), colon + n + 1
 end
 
--- run part, referenced fields (loaded ones first), number loaded, parent id
+-- run part, referenced fields (loaded ones first), number loaded, parent id; nil for a
+-- record whose header cannot be read (damaged: the reader reports it). A sealed record
+-- (layout 2) starts with the byte 254 and 4 bytes of CRC, which Lua does not check.
 local function header(rec)
-  local run, pos = part(rec, 1)
-  local nload, nextra
+  local pos = 1
+  if string.byte(rec, 1) == 254 then pos = 6 end
+  local run, nload, nextra
+  run, pos = part(rec, pos)
+  if not run then return nil end
   nload, pos = part(rec, pos)
+  if not nload then return nil end
   nextra, pos = part(rec, pos)
-  nload = tonumber(nload)
+  nload, nextra = tonumber(nload), tonumber(nextra)
+  if not nload or not nextra or nload < 0 or nextra < 0 then return nil end
   local fields = {}
-  for i = 1, nload + tonumber(nextra) do
+  for i = 1, nload + nextra do
     fields[i], pos = part(rec, pos)
+    if not fields[i] then return nil end
   end
   local parent = part(rec, pos)
+  if not parent then return nil end
   return run, fields, nload, parent
+end
+
+-- an error reply naming a damaged field (hex: fields are binary)
+local function damaged(key, field)
+  local hex = string.gsub(field, '.', function(c) return string.format('%02x', string.byte(c)) end)
+  return redis.error_reply('STATEKEEPER-DAMAGED ' .. key .. ' ' .. hex)
 end
 
 local function enc(s)
@@ -75,15 +93,20 @@ local function expire(ttl)
   end
 end
 
--- on a standalone server the registry of threads is KEYS[9], updated in the same script
--- (ARGV[2] score, ARGV[3] member); in a Cluster it is in another slot, updated before
+-- on a standalone server the registry of threads is KEYS[9] and the count of its members
+-- KEYS[10], updated in the same script (ARGV[2] score, ARGV[3] member); in a Cluster they
+-- are in another slot, updated before (the REGISTER script)
 local function register()
-  if #KEYS > 8 then redis.call('ZADD', KEYS[9], ARGV[2], ARGV[3]) end
+  if #KEYS > 8 and redis.call('ZADD', KEYS[9], ARGV[2], ARGV[3]) == 1 then
+    redis.call('INCR', KEYS[10])
+  end
 end
 
 -- Next to the reference counts, the refs hash holds for each value field f the field
 -- of the value it is a delta on ('\254' .. f) and its CRC ('\255' .. f), so that scripts
--- never read values themselves: moving a large value through Lua is slow.
+-- never read values themselves: moving a large value through Lua is slow; and for each
+-- checkpoint (ref) how many pending writes it has ('\253' .. ref), so that a write whose
+-- wix member or whole wix key is gone is noticed.
 
 -- drop one reference to each field; a value nothing references any more is deleted,
 -- and so is the reference it held on its base
@@ -118,11 +141,13 @@ local function set_value(f, v, base, crc)
   if old then release({old}) end
 end
 
--- A value and the bases it is a delta on, nearest first ({} when missing or empty). A
--- link is the stored value, or {field} for a value longer than INLINE bytes (the caller
--- HMGETs it: large values are slow through Lua), or {field, 'm'} for a value already in
--- this reply, or {field, '='} for a value whose CRC is the one the caller says it holds
--- (known[field]): the chain stops at those two.
+-- A value and the bases it is a delta on, nearest first ({} for a version without a
+-- value). A link is the stored value, or {field} for a value longer than INLINE bytes
+-- (the caller HMGETs it: large values are slow through Lua), or {field, 'm'} for a value
+-- already in this reply, or {field, '='} for a value whose CRC is the one the caller says
+-- it holds (known[field]), or {field, 'x'} for a value missing from blobs, or {field, 'z'}
+-- for one emptied, while refs still has its CRC (damage; a version never stored has no
+-- CRC: no value): the chain stops at those.
 local INLINE = 65536
 local sent, known = {}, {}
 local function chain(f)
@@ -137,7 +162,13 @@ local function chain(f)
       break
     end
     local n = redis.call('HSTRLEN', KEYS[4], f)
-    if n == 0 then break end
+    if n == 0 then  -- no value, unless refs still has its CRC: then it was deleted
+      if redis.call('HEXISTS', KEYS[5], '\255' .. f) == 1 then
+        out[i] = {f, 'z'}
+        if redis.call('HEXISTS', KEYS[4], f) == 0 then out[i][2] = 'x' end
+      end
+      break
+    end
     sent[f] = true
     if n <= INLINE then out[i] = redis.call('HGET', KEYS[4], f) else out[i] = {f} end
     f = redis.call('HGET', KEYS[5], '\254' .. f)
@@ -172,13 +203,16 @@ local function bump(ids, refs, wix, live)
   end
 end
 
--- delete one checkpoint, its writes, and the values nothing references any more
+-- delete one checkpoint, its writes, and the values nothing references any more. A
+-- record whose header cannot be read releases nothing: its values stay (counted too
+-- high, which verify reports and repairs), rather than risk releasing the wrong ones.
 local function drop(ref)
   local rec = redis.call('HGET', KEYS[3], ref)
   if not rec then return 0 end
   local run, fields = header(rec)
-  release(fields)
-  if run ~= '' then redis.call('ZREM', KEYS[8], run .. ref) end
+  if fields then release(fields) end
+  if run and run ~= '' then redis.call('ZREM', KEYS[8], run .. ref) end
+  redis.call('HDEL', KEYS[5], '\253' .. ref)
   redis.call('HDEL', KEYS[3], ref)
   redis.call('ZREM', KEYS[1], swap(ref))
   redis.call('ZREM', KEYS[2], ref)

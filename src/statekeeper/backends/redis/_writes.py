@@ -20,16 +20,18 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.deltas import PlannedValue, ValuePlanner
 from statekeeper._storage.lineage import delta_channels, keep_latest_ids, walk_chains
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import ordered, split_ordered, untag
+from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
-from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
-from statekeeper.backends.redis._layout import (
-    Record,
-    encode_value,
-    encode_write,
-    first,
-    swap,
+from statekeeper.backends.redis._integrity.records import Record, encode_value, encode_write
+from statekeeper.backends.redis._integrity.seal import (
+    KINDS,
+    Bad,
+    damaged_reply,
+    wrong_type,
+    wrong_types,
 )
+from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
+from statekeeper.backends.redis._layout import END, first, swap
 from statekeeper.backends.redis._listing import PAGE, SCAN
 from statekeeper.backends.redis._reads import Reads, holds_value
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
@@ -54,13 +56,42 @@ class Plans(Reads):
         # plans the values of a put against this process' last writes (also read's cache)
         self.values = ValuePlanner(self.written.recent, compress)
 
+    def explain(self, exc: StorageError, threads: Sequence[str] | None) -> Op[None]:
+        """Raise the CorruptCheckpointError that ``exc``, the error of an operation on
+        ``threads`` (``None``: on any registered thread), stands for: a WRONGTYPE reply (a
+        key of theirs, or the registry, overwritten by another program: found by asking
+        each key's type), or a script's report of a record it could not read. Return if
+        it stands for neither."""
+        if wrong_type(exc):
+            yield from self._explain(exc, threads)
+        elif (where := damaged_reply(exc)) is not None and threads:
+            name, field = where
+            bad = Bad("its header cannot be read", KINDS.get(name, "index"), name, field)
+            raise self._corrupt(threads[0], bad) from exc
+
+    def _explain(self, exc: StorageError, threads: Sequence[str] | None) -> Op[None]:
+        """Raise the CorruptCheckpointError of the key a WRONGTYPE reply (``exc``) met."""
+        registry: bytes | None = self.registry
+        if threads is None:
+            found = yield from wrong_types([], self.registry)
+            if found is not None:
+                raise found from exc
+            threads, registry = (yield from self.registered(lenient=True)), None
+        for start in range(0, len(threads), DELETE_BATCH):
+            chunk = [(t, self.keys(t)) for t in threads[start : start + DELETE_BATCH]]
+            found = yield from wrong_types(chunk, registry)
+            if found is not None:
+                raise found from exc
+            registry = None
+
     def _write(self, script: Any, thread_id: str, ttl: int, *args: Any) -> Op[Any]:
         """Run a write script that registers the thread: in the script on a standalone
         server, just before it in a Cluster (the registry is in another slot there)."""
         keys = self.keys(thread_id)
         if not self.cluster:
             extra = (self.score(), self.tag(thread_id))
-            return (yield Eval(script, (*keys, self.registry), (ttl, *extra, *args)))
+            registry = (self.registry, self.counter)
+            return (yield Eval(script, (*keys, *registry), (ttl, *extra, *args)))
         _, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
         return reply
 
@@ -79,7 +110,7 @@ class Plans(Reads):
             if channel in values:
                 key = (thread_id, ns, channel)
                 plan = plan_value(serde, key, channel, version_key, values[channel])
-                value_args[1] = encode_value(ens, plan.stored)
+                value_args[1] = encode_value(value_args[0], ens, plan.stored)
                 if plan.stored.base is not None:
                     value_args[2] = ens + ordered(channel) + ordered(plan.stored.base)
                     value_args[3] = b"%d" % (plan.base_crc or 0)
@@ -90,17 +121,18 @@ class Plans(Reads):
         known = set(load)
         extra = list(dict.fromkeys(f for f in blobs[::5] if f not in known))
         run = ordered(prepared.run_id) if prepared.run_id is not None else b""
-        record = Record.pack(
-            run, load, extra, prepared.parent_id, prepared.metadata_json, prepared.checkpoint
-        )
         ref = ens + ordered(prepared.checkpoint_id)
+        record = Record.pack(
+            ref, run, (load, extra), prepared.parent_id, prepared.metadata_json, prepared.checkpoint
+        )
         head = (ref, record, run + ref if run else b"")
         stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
         if stale != 1:  # a delta's base changed since this process wrote it: send it whole
             for index in stale:
                 plan = planned[index - 1][1]
                 assert plan.fallback is not None
-                blobs[5 * index - 4 : 5 * index - 1] = [encode_value(ens, plan.fallback), b"", b""]
+                whole = encode_value(blobs[5 * index - 5], ens, plan.fallback)
+                blobs[5 * index - 4 : 5 * index - 1] = [whole, b"", b""]
             yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
         for index, (key, plan) in planned.items():  # for the next version's delta
             fell_back = stale != 1 and index + 1 in stale
@@ -112,12 +144,14 @@ class Plans(Reads):
         one."""
         if not prepared.writes:
             return
-        task, path = ordered(prepared.task_id), prepared.task_path
-        ref = ordered(prepared.checkpoint_ns) + ordered(prepared.checkpoint_id) + task
-        args: list[Any] = []
+        path = prepared.task_path
+        ref = ordered(prepared.checkpoint_ns) + ordered(prepared.checkpoint_id)
+        task = ref + ordered(prepared.task_id)
+        args: list[Any] = [ref]
         for w in prepared.writes:
-            stored = encode_write(w.channel, path, w.type, w.codec, w.data)
-            args += [ref + b"%d" % w.idx, stored, b"1" if w.replaces else b"0"]
+            write_field = task + b"%d" % w.idx
+            stored = encode_write(write_field, w.channel, path, w.type, w.codec, w.data)
+            args += [write_field, stored, b"1" if w.replaces else b"0"]
         thread_id = prepared.thread_id
         if self.cluster and not self.ttl_ms:  # only a thread's expiry needs the registry
             yield Eval(lua.PUT_WRITES, self.keys(thread_id), (0, "", "", *args))
@@ -131,15 +165,15 @@ class Plans(Reads):
         thread, whatever its size."""
         for thread_id in thread_ids:
             delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
-            yield Batch((delete, Cmd(("ZREM", self.registry, tag_of(thread_id)))))
+            yield Batch((delete, self.untouch(thread_id)))
 
     def delete_runs(self, run_ids: Sequence[str]) -> Op[None]:
         """Probe every registered thread for these runs, and delete a batch of their
         checkpoints per script call where they are."""
         runs = [ordered(run_id) for run_id in run_ids]
-        tags = yield from self.registered()
-        for start in range(0, len(tags), SCAN):
-            keys = [self.keys(untag(t)) for t in tags[start : start + SCAN]]
+        threads = yield from self.registered(lenient=True)
+        for start in range(0, len(threads), SCAN):
+            keys = [self.keys(thread_id) for thread_id in threads[start : start + SCAN]]
             probes = yield Batch(
                 tuple(
                     Cmd(("ZRANGE", k[7], b"[" + run, b"(" + run + b"\xff", "BYLEX", "LIMIT", 0, 1))
@@ -238,15 +272,17 @@ class Plans(Reads):
         newest: dict[str, str] = {}
         keep: dict[str, set[str]] = {}
         for start in range(0, len(heads), PAGE):
-            items = yield Eval(lua.READ, keys, (-1, "r", 0, "refs", *heads[start : start + PAGE]))
+            items = yield from self._read(
+                thread_id, keys, "r", "refs", *heads[start : start + PAGE], refresh=False
+            )
             for item in items:
                 if not item[1]:
                     continue
-                ns, checkpoint_id, _ = split_ordered(item[0])
-                metadata = Record.parse(item[1]).metadata
+                ns, checkpoint_id = self._place(thread_id, item[0])
+                metadata = self._record(thread_id, item).metadata
                 chains: Mapping[str, list[str]] = {}
                 if channels := delta_channels(metadata):
-                    ancestors = yield from self._walk(keys, ns, checkpoint_id, channels)
+                    ancestors = yield from self._walk(thread_id, ns, checkpoint_id, channels)
                     chains = walk_chains(checkpoint_id, ancestors, channels, holds_value)[0]
                 newest[ns] = checkpoint_id
                 keep[ns] = keep_latest_ids(checkpoint_id, metadata, _constant(chains))
@@ -255,9 +291,10 @@ class Plans(Reads):
             members = yield Cmd(("ZRANGE", keys[0], low, b"+", "BYLEX", "LIMIT", 0, SCAN))
             doomed = []
             for member in members:
-                checkpoint_id, ns, _ = split_ordered(member)
+                ref = swap(member) if END in member else member
+                ns, checkpoint_id = self._place(thread_id, ref)  # a damaged member raises
                 if ns in newest and checkpoint_id < newest[ns] and checkpoint_id not in keep[ns]:
-                    doomed.append(swap(member))
+                    doomed.append(ref)
             for start in range(0, len(doomed), DELETE_BATCH):
                 yield Eval(lua.DELETE_REFS, keys, tuple(doomed[start : start + DELETE_BATCH]))
             if len(members) < SCAN:

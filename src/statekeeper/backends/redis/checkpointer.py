@@ -16,26 +16,39 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.payload import safe_serde
+from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._claims import Claims
 from statekeeper.backends.redis._client import RedisCheckpointerOptions, RedisOptions, RedisTarget
-from statekeeper.backends.redis._io import Batch, Cmd, Connection, Op
+from statekeeper.backends.redis._integrity.seal import damaged_reply, wrong_type
+from statekeeper.backends.redis._integrity.verify import Verify
+from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
 from statekeeper.backends.redis._writes import Plans
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
-from statekeeper.errors import ConfigurationError, SchemaVersionError
+from statekeeper.checkpointers.semantics import MODES, ON_CORRUPT, check_choice
+from statekeeper.errors import (
+    ConfigurationError,
+    Damage,
+    ReadOnlyError,
+    SchemaVersionError,
+    StorageError,
+    StorageNotFoundError,
+)
 from statekeeper.urls import StorageURL, parse_options
 
 __all__ = ["RedisCheckpointer"]
 
 TaskWrites = list[TaskWrite]
-LAYOUT_VERSION = 1
+Damages = list[Damage]
+T = TypeVar("T")
+LAYOUT_VERSION = lua.LAYOUT_VERSION
 _OPTIONS: dict[str, type] = {
     "prefix": str,
     "ttl": float,
@@ -47,6 +60,8 @@ _OPTIONS: dict[str, type] = {
     "ssl_ca_certs": str,
     "ssl_cert_reqs": str,
     "claim_ttl": float,
+    "mode": str,
+    "on_corrupt": str,
 }
 
 
@@ -60,12 +75,18 @@ class RedisCheckpointer(Checkpointer):
             ``open_checkpointer``.
         options: how to reach the server and name the keys, and how long they live
             (:class:`~statekeeper.backends.redis.RedisCheckpointerOptions`:
-            ``prefix``, ``ttl``, ``refresh_on_read``, ``claim_ttl``, ``retries``,
-            ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). A plain
+            ``prefix``, ``mode``, ``ttl``, ``refresh_on_read``, ``claim_ttl``,
+            ``retries``, ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). A plain
             :class:`~statekeeper.backends.redis.RedisOptions`, such as one shared
             with a ``RedisStore``, keeps the default lifetimes (keys never expire).
+            ``mode="ro"`` opens read-only: nothing is ever written (not even on open,
+            nor a TTL refresh), every write raises ReadOnlyError.
         serde: the serializer for every payload (default :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        on_corrupt: ``"raise"`` (default): a damaged checkpoint raises
+            CorruptCheckpointError; ``"fallback"``: reads log a warning and skip it --
+            ``get_tuple`` without an id serves the newest intact checkpoint, listings
+            leave damaged ones out. A checkpoint asked for by id loads or raises.
 
     Guarantees: every write is checked in full before anything is sent
     (:class:`Checkpointer`); each ``put`` and ``put_writes`` is then one Lua script, so a
@@ -80,12 +101,20 @@ class RedisCheckpointer(Checkpointer):
     again, up to 5 times, then raises StorageError, nothing copied. Payloads go through
     ``serde`` only (never pickled); ids are encoded into keys, so no id can reach another
     thread's keys or outside the prefix.
+    Integrity: every checkpoint record, value, delta and pending write is stored with a
+    CRC-32 checked on read, and the indexes are checked against each other on every read
+    of a thread, so damage -- altered or truncated bytes, deleted fields or keys, keys
+    overwritten with another type -- raises
+    :class:`~statekeeper.errors.CorruptCheckpointError` naming the thread, checkpoint and
+    key, never a wrong value; :meth:`verify` lists it. A server that refuses writes (a
+    read-only replica) makes writes raise :class:`~statekeeper.errors.ReadOnlyError`.
     Driver errors are raised as :class:`~statekeeper.errors.StorageError` naming the URL
     without its password.
 
     Raises:
         ConfigurationError: the URL or an option is invalid, or ``redis`` is not installed.
         StorageError: the server cannot be reached.
+        StorageNotFoundError: ``mode="ro"`` and the prefix holds no checkpointer data.
         SchemaVersionError: the prefix holds data of a newer statekeeper.
     """
 
@@ -96,10 +125,13 @@ class RedisCheckpointer(Checkpointer):
         *,
         serde: SerializerProtocol | None = None,
         compress: bool = True,
+        on_corrupt: str = "raise",
     ) -> None:
         if not isinstance(options, RedisCheckpointerOptions):
             options = RedisCheckpointerOptions.extending(options)
         self.target = RedisTarget.for_component(url, options, "open_checkpointer()")
+        check_choice("option mode", options.mode, MODES)
+        self.on_corrupt = check_choice("option on_corrupt", on_corrupt, ON_CORRUPT)
         ttl, claim_ttl = options.ttl, options.claim_ttl
         if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
             raise ConfigurationError(f"option ttl must be a number of seconds > 0, got {ttl!r}")
@@ -117,9 +149,12 @@ class RedisCheckpointer(Checkpointer):
         self.ttl = ttl
         self.compress = compress
         ttl_ms = round(ttl * 1000) if ttl else 0
+        self.read_only = options.mode == "ro"
         self._plans = Plans(
             self.prefix, ttl_ms, options.refresh_on_read, compress, self.target.cluster
         )
+        self._plans.read_only = self.read_only
+        self._plans.fallback = self.on_corrupt == "fallback"
         self._conn = Connection(self.target)
         self._claims = Claims(self._conn, self._plans, claim_ttl)
         try:
@@ -137,8 +172,25 @@ class RedisCheckpointer(Checkpointer):
         return cls(url.raw.split("?", 1)[0], redis_options, **rest)
 
     def _check_layout(self) -> Op[None]:
+        """Check the layout version; read-write, store it (or upgrade it). Read-only,
+        write nothing, and refuse a prefix where no checkpointer ever wrote."""
         key = f"{self.prefix}:layout"
-        _, stored = yield Batch((Cmd(("SETNX", key, LAYOUT_VERSION)), Cmd(("GET", key))))
+        if self.read_only:
+            get, registered = Cmd(("GET", key)), Cmd(("EXISTS", self._plans.registry))
+            stored, threads = yield Batch((get, registered))
+            if stored is None and not threads:
+                raise StorageNotFoundError(
+                    f"no checkpoints under prefix {self.prefix!r} at {self.target.url}: "
+                    "nothing was ever stored there; check the prefix and the database "
+                    "number (opened read-only, nothing was created)"
+                )
+        else:
+            registry = (self._plans.registry, self._plans.counter)
+            try:
+                stored = yield Eval(lua.LAYOUT, (key.encode(),), (LAYOUT_VERSION,))
+                yield from _count_registry(registry)
+            except ReadOnlyError:  # a replica: reads work, and writes will say why they fail
+                stored = yield Cmd(("GET", key))
         if stored is None:
             return
         if not (stored.isascii() and stored.isdigit()):
@@ -173,14 +225,37 @@ class RedisCheckpointer(Checkpointer):
         await self.aclose()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.target.url!r}, prefix={self.prefix!r})"
+        mode = ", mode='ro'" if self.read_only else ""
+        return f"{type(self).__name__}({self.target.url!r}, prefix={self.prefix!r}{mode})"
+
+    def _run(self, op: Op[T], threads: Sequence[str] | str | None) -> T:
+        """Run an operation on ``threads`` (``None``: on any), its damage explained."""
+        try:
+            return self._conn.run(op)
+        except StorageError as exc:
+            self._explain(exc, threads)
+            raise
+
+    async def _arun(self, op: Op[T], threads: Sequence[str] | str | None) -> T:
+        try:
+            return await self._conn.arun(op)
+        except StorageError as exc:
+            if wrong_type(exc) or damaged_reply(exc):
+                await self._conn.arun(self._plans.explain(exc, _many(threads)))
+            raise
+
+    def _explain(self, exc: StorageError, threads: Sequence[str] | str | None) -> None:
+        """Raise the CorruptCheckpointError ``exc`` stands for, if it stands for one (no
+        cost until an operation fails)."""
+        if wrong_type(exc) or damaged_reply(exc):
+            self._conn.run(self._plans.explain(exc, _many(threads)))
 
     # -- sync API ----------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's newest in its namespace when it
         names none; ``None`` when there is no such checkpoint. One script call."""
-        return self._conn.run(self._plans.get_tuple(self.serde, config))
+        return self._run(self._plans.get_tuple(self.serde, config), _thread(config))
 
     def list(
         self,
@@ -194,13 +269,17 @@ class RedisCheckpointer(Checkpointer):
         is ``None``), whose metadata equals ``filter`` on every key, strictly older than
         ``before``; at most ``limit``. Read lazily, a page per script call."""
         plan = self._plans.listing(self.serde, config, filter, before, limit)
-        yield from self._conn.iterate(plan)
+        try:
+            yield from self._conn.iterate(plan)
+        except StorageError as exc:
+            self._explain(exc, _thread(config))
+            raise
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         """The pending writes of the checkpoint ``config`` names (``checkpoint_id``
         required), in ``get_tuple``'s order, with their task paths; ``[]`` for an unknown
         checkpoint. One script call."""
-        return self._conn.run(self._plans.writes(self.serde, config))
+        return self._run(self._plans.writes(self.serde, config), _thread(config))
 
     def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
         """A claim (see :meth:`Checkpointer.claim_thread`) holds across every process and
@@ -213,37 +292,53 @@ class RedisCheckpointer(Checkpointer):
     def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
         return self._claims.holder(thread_id)  # a GET of the claim key
 
+    def verify(self, *, repair: bool = False) -> Damages:
+        """Check every record, value, delta, write and index of every registered thread
+        (and the registry) and return what is damaged (empty: all intact); reads only.
+        With ``repair``, then rebuild what intact records determine -- index members,
+        reference counts, write counts, change stamps -- and seal layout-1 records,
+        values and writes that have no checksum yet; damaged records are reported and
+        left as they are, nothing stored is deleted. Each thread is checked against its
+        change stamp, so it can run while others write. See docs/redis.md.
+
+        Raises:
+            ReadOnlyError: ``repair`` on a checkpointer opened read-only.
+        """
+        if repair:
+            self._writable("repair the indexes")
+        return self._conn.run(Verify(self._plans, self.serde).everything(repair=repair))
+
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
     def _commit_put(self, prepared: PreparedPut) -> None:
-        self._conn.run(self._plans.put(self.serde, prepared))
+        self._run(self._plans.put(self.serde, prepared), prepared.thread_id)
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
-        self._conn.run(self._plans.put_writes(prepared))
+        self._run(self._plans.put_writes(prepared), prepared.thread_id)
 
     def _delete_threads(self, thread_ids: Sequence[str]) -> None:
         self._conn.run(self._plans.delete_threads(thread_ids))
 
     def _delete_runs(self, run_ids: Sequence[str]) -> None:
-        self._conn.run(self._plans.delete_runs(run_ids))
+        self._run(self._plans.delete_runs(run_ids), None)
 
     def _copy_thread(self, source: str, target: str) -> None:
-        self._conn.run(self._plans.copy_thread(source, target))
+        self._run(self._plans.copy_thread(source, target), (source, target))
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
-        self._conn.run(self._plans.keep_latest(ids))
+        self._run(self._plans.keep_latest(ids), ids)
 
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         """Per channel, the writes along the target's ancestors back to the nearest one
         holding a value (the ``seed``), as LangGraph's base class defines it."""
-        return self._conn.run(self._plans.delta_history(self.serde, config, channels))
+        return self._run(self._plans.delta_history(self.serde, config, channels), _thread(config))
 
     # -- async API: the same operations on the asyncio client ---------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._conn.arun(self._plans.get_tuple(self.serde, config))
+        return await self._arun(self._plans.get_tuple(self.serde, config), _thread(config))
 
     async def alist(
         self,
@@ -254,30 +349,57 @@ class RedisCheckpointer(Checkpointer):
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
         plan = self._plans.listing(self.serde, config, filter, before, limit)
-        async for item in self._conn.aiterate(plan):
-            yield item
+        try:
+            async for item in self._conn.aiterate(plan):
+                yield item
+        except StorageError as exc:
+            if wrong_type(exc) or damaged_reply(exc):
+                await self._conn.arun(self._plans.explain(exc, _many(_thread(config))))
+            raise
 
     # The same operations on the asyncio client (the checks ran in Checkpointer's a*).
 
     async def _acommit_put(self, prepared: PreparedPut) -> None:
-        await self._conn.arun(self._plans.put(self.serde, prepared))
+        await self._arun(self._plans.put(self.serde, prepared), prepared.thread_id)
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
-        await self._conn.arun(self._plans.put_writes(prepared))
+        await self._arun(self._plans.put_writes(prepared), prepared.thread_id)
 
     async def _adelete_threads(self, thread_ids: Sequence[str]) -> None:
         await self._conn.arun(self._plans.delete_threads(thread_ids))
 
     async def _adelete_runs(self, run_ids: Sequence[str]) -> None:
-        await self._conn.arun(self._plans.delete_runs(run_ids))
+        await self._arun(self._plans.delete_runs(run_ids), None)
 
     async def _acopy_thread(self, source: str, target: str) -> None:
-        await self._conn.arun(self._plans.copy_thread(source, target))
+        await self._arun(self._plans.copy_thread(source, target), (source, target))
 
     async def _akeep_latest(self, ids: Sequence[str]) -> None:
-        await self._conn.arun(self._plans.keep_latest(ids))
+        await self._arun(self._plans.keep_latest(ids), ids)
 
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._conn.arun(self._plans.delta_history(self.serde, config, channels))
+        plan = self._plans.delta_history(self.serde, config, channels)
+        return await self._arun(plan, _thread(config))
+
+
+def _count_registry(registry: tuple[bytes, bytes]) -> Op[None]:
+    """Count the members of a layout-1 registry (none yet). A registry overwritten with
+    another type does not stop the opening: reading it says so (CorruptCheckpointError)."""
+    try:
+        yield Eval(lua.REGISTRY, registry, ("start",))
+    except StorageError as exc:
+        if not wrong_type(exc):
+            raise
+
+
+def _thread(config: RunnableConfig | None) -> str | None:
+    """The thread id ``config`` names, if it names one as text (checked later)."""
+    thread_id = (config or {}).get("configurable", {}).get("thread_id")
+    return thread_id if isinstance(thread_id, str) else None
+
+
+def _many(threads: Sequence[str] | str | None) -> Sequence[str] | None:
+    """One thread id, several, or ``None`` (any thread) as what ``explain`` takes."""
+    return (threads,) if isinstance(threads, str) else threads

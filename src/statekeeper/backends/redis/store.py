@@ -18,8 +18,14 @@ from langgraph.store.base import IndexConfig, TTLConfig
 from statekeeper.backends.redis import _store_lua as lua
 from statekeeper.backends.redis._client import RedisOptions, RedisTarget
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
-from statekeeper.errors import SchemaVersionError, StorageError
-from statekeeper.memory.store.base import Write
+from statekeeper.checkpointers.semantics import MODES, check_choice
+from statekeeper.errors import (
+    ReadOnlyError,
+    SchemaVersionError,
+    StorageError,
+    StorageNotFoundError,
+)
+from statekeeper.memory.store.base import Plan, Write
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
 from statekeeper.urls import StorageURL, parse_options
 
@@ -34,6 +40,7 @@ _OPTIONS: dict[str, type] = {
     "socket_timeout": float,
     "ssl_ca_certs": str,
     "ssl_cert_reqs": str,
+    "mode": str,
     "semantic_weight": float,
     "ttl": object,
     "index": object,
@@ -47,10 +54,12 @@ class RedisStore(ItemStore):
         url: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://...`` (TLS),
             ``redis+cluster://host:port`` or ``rediss+cluster://host:port``.
         options: how to reach the server and name the keys
-            (:class:`~statekeeper.backends.redis.RedisOptions`: ``prefix``,
+            (:class:`~statekeeper.backends.redis.RedisOptions`: ``prefix``, ``mode``,
             ``retries``, ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). Every
             key starts with ``<prefix>:store:``; stores with different prefixes never see
             each other's items, and a checkpointer may share the prefix (and the options).
+            ``mode="ro"``: nothing is ever written (not on open, not a TTL refresh on
+            read); a batch with a put or delete, and ``sweep_ttl``, raise ReadOnlyError.
         index, ttl, semantic_weight: as for :class:`~statekeeper.memory.store.SqliteStore`.
 
     Guarantees: each put and delete is one Lua script (atomic, also in a Cluster); a
@@ -59,7 +68,11 @@ class RedisStore(ItemStore):
     writers' clock (as on every backend), and each item's key also expires by itself
     (``PEXPIRE``). Search reads every item under the searched prefix: O(items). Driver
     errors are raised as :class:`~statekeeper.errors.StorageError` naming the URL without
-    its password.
+    its password; a server that refuses writes (a read-only replica) makes writes raise
+    :class:`~statekeeper.errors.ReadOnlyError`.
+
+    Raises:
+        StorageNotFoundError: ``mode="ro"`` and the prefix holds no memory store.
     """
 
     def __init__(
@@ -74,6 +87,7 @@ class RedisStore(ItemStore):
         super().__init__(index=index, ttl=ttl, semantic_weight=semantic_weight)
         options = options or RedisOptions()
         self.target = RedisTarget.for_component(url, options, "open_store()")
+        self.read_only = check_choice("option mode", options.mode, MODES) == "ro"
         self.prefix = options.prefix
         self._keys = lua.Keys(self.prefix)
         self._cluster = self.target.cluster
@@ -98,11 +112,27 @@ class RedisStore(ItemStore):
         self._conn.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.target.url!r}, prefix={self.prefix!r})"
+        mode = ", mode='ro'" if self.read_only else ""
+        return f"{type(self).__name__}({self.target.url!r}, prefix={self.prefix!r}{mode})"
 
     def _check_layout(self) -> Op[None]:
+        """Check the layout version; read-write, store it. Read-only, write nothing, and
+        refuse a prefix where no store ever wrote."""
         key = self._keys.version
-        _, stored = yield Batch((Cmd(("SETNX", key, LAYOUT_VERSION)), Cmd(("GET", key))))
+        if self.read_only:
+            get, registered = Cmd(("GET", key)), Cmd(("EXISTS", self._keys.registry))
+            stored, namespaces = yield Batch((get, registered))
+            if stored is None and not namespaces:
+                raise StorageNotFoundError(
+                    f"no memory store under prefix {self.prefix!r} at {self.target.url}: "
+                    "nothing was ever stored there; check the prefix and the database "
+                    "number (opened read-only, nothing was created)"
+                )
+        else:
+            try:
+                _, stored = yield Batch((Cmd(("SETNX", key, LAYOUT_VERSION)), Cmd(("GET", key))))
+            except ReadOnlyError:  # a replica: reads work, and writes will say why they fail
+                stored = yield Cmd(("GET", key))
         if stored is None:
             return
         if not (stored.isascii() and stored.isdigit()):
@@ -119,6 +149,18 @@ class RedisStore(ItemStore):
             )
 
     # -- ItemStore -------------------------------------------------------------------------
+
+    def _run(self, plan: Plan, now: float) -> list[Any]:
+        if self.read_only and plan.writes:  # refused whole, before any step runs
+            self._writable("put or delete items")
+        return super()._run(plan, now)
+
+    def _writable(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(
+                f"cannot {operation}: {self!r} is open read-only (mode=ro); open it "
+                "read-write to change it"
+            )
 
     def _put(self, write: Write, now: float) -> None:
         self._conn.run(self._put_op(write, now))
@@ -137,11 +179,13 @@ class RedisStore(ItemStore):
         return self._conn.run(self._namespaces_op(prefix, now))
 
     def _refresh(self, items: Sequence[StoredItem], now: float) -> None:
-        self._conn.run(self._refresh_op(items, now))
+        if not self.read_only:  # reading never writes in read-only mode
+            self._conn.run(self._refresh_op(items, now))
 
     def _sweep(self, now: float) -> int:
         if self._closed:
             raise StorageError(f"{self!r} is closed; open a new store")
+        self._writable("delete expired items")
         return self._conn.run(self._sweep_op(now))
 
     # -- operations, each written once as a generator of requests ------------------------------

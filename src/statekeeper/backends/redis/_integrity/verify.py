@@ -1,0 +1,171 @@
+"""``verify()`` of the Redis checkpointer: the registry, then every registered thread
+read whole (no ``SCAN``: the registry lists the threads) and checked by
+:class:`~.audit.Audit`; with ``repair``, the audit's fixes applied by the ``REPAIR``
+script, which runs only if the thread's change stamp is still the one the snapshot was
+read under (else the thread is read and checked again). A thread is read between two
+reads of its change stamp, so a snapshot is consistent even while others write.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper.backends.redis import _lua as lua
+from statekeeper.backends.redis._client import untag
+from statekeeper.backends.redis._integrity.audit import Audit, Fix, Snapshot
+from statekeeper.backends.redis._integrity.seal import (
+    BACKEND,
+    KEY_TYPES,
+    KINDS,
+    Bad,
+    damage,
+    path,
+)
+from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
+from statekeeper.backends.redis._layout import Layout
+from statekeeper.errors import Damage, StorageError
+
+__all__ = ["Verify"]
+
+ATTEMPTS = 5  # reads of a thread that changed while it was read
+PAGE = 500  # members or fields per paging call
+REPAIR_ARGS = 1000  # arguments per REPAIR script call
+
+
+class Verify:
+    """One ``verify()`` run over a checkpointer's layout (see the module docstring)."""
+
+    def __init__(self, layout: Layout, serde: SerializerProtocol) -> None:
+        self.layout = layout
+        self.serde = serde
+
+    def everything(self, *, repair: bool) -> Op[list[Damage]]:
+        """The damage of the registry and of every registered thread, repaired as far
+        as intact records allow when ``repair``."""
+        registry, key = self.layout.registry, f"{self.layout.prefix}:layout".encode()
+        kind, version = yield Batch((Cmd(("TYPE", registry)), Cmd(("GET", key))))
+        if _text(kind) not in ("zset", "none"):
+            reason = f"the registry of threads holds a {_text(kind)}, not a sorted set"
+            return [Damage(reason, BACKEND, record="index", path=path(registry))]
+        found: list[Damage] = []
+        threads = []
+        for member in (yield from self._members(registry)):
+            try:
+                threads.append(untag(member))
+            except ValueError:
+                reason = "a member of the registry of threads is no thread's tag"
+                found.append(Damage(reason, BACKEND, record="index", path=path(registry, member)))
+        counted = (self.layout.registry, self.layout.counter)
+        members, count = yield Eval(lua.REGISTRY, counted, ("check",))
+        if count is not None and int(count) != members:
+            reason = (
+                f"the registry of threads lists {members} threads where {int(count)} were "
+                "registered (members or the whole key were deleted)"
+            )
+            found.append(Damage(reason, BACKEND, record="index", path=path(registry)))
+        if repair and (count is None or int(count) != members):
+            yield Eval(lua.REGISTRY, counted, ("reset",))
+        if threads and version is None:
+            reason = "the layout version key is missing"
+            found.append(Damage(reason, BACKEND, record="index", path=path(key)))
+            if repair:
+                yield Cmd(("SET", key, lua.LAYOUT_VERSION, "NX"))
+        for thread_id in threads:
+            found += yield from self.thread(thread_id, repair=repair)
+        return found
+
+    def thread(self, thread_id: str, *, repair: bool) -> Op[list[Damage]]:
+        """The damage of one thread (repaired when ``repair``)."""
+        keys = self.layout.named(thread_id)
+        for _ in range(ATTEMPTS):
+            types = yield Batch(tuple(Cmd(("TYPE", key)) for key in keys.values()))
+            wrong = {
+                name: _text(kind)
+                for (name, key), kind in zip(keys.items(), types, strict=True)
+                if _text(kind) not in ("none", KEY_TYPES[name].decode())
+            }
+            stamp = None if "refs" in wrong else (yield Cmd(("HGET", keys["refs"], lua.STAMP)))
+            snap = yield from self._snapshot(keys, wrong)
+            after = None if "refs" in wrong else (yield Cmd(("HGET", keys["refs"], lua.STAMP)))
+            if after != stamp:
+                continue  # changed while it was read: read it again
+            found = [
+                damage(
+                    Bad(
+                        f"the key holds a {kind} (overwritten by another program)",
+                        KINDS[name],
+                        name,
+                    ),
+                    keys,
+                    thread_id,
+                )
+                for name, kind in wrong.items()
+            ]
+            audit = Audit(self.serde, thread_id, keys, snap).run()
+            found += audit.found
+            if (
+                repair
+                and not wrong
+                and audit.fixes
+                and not (yield from self._repair(keys, stamp, audit.fixes))
+            ):
+                continue  # changed before the repair: check it again
+            return found
+        raise StorageError(
+            f"thread {thread_id!r} kept changing while it was verified ({ATTEMPTS} "
+            "attempts); verify it again when fewer writers are busy with it"
+        )
+
+    def _snapshot(self, keys: dict[str, bytes], wrong: dict[str, str]) -> Op[Snapshot]:
+        snap = Snapshot()
+        for name in ("ids", "ns", "runs", "wix"):
+            if name not in wrong:
+                setattr(snap, name, set((yield from self._members(keys[name]))))
+        for name in ("cp", "blobs", "refs", "writes"):
+            if name not in wrong:
+                setattr(snap, name, (yield from self._fields(keys[name])))
+        return snap
+
+    @staticmethod
+    def _members(key: bytes) -> Op[list[bytes]]:
+        """Every member of a sorted set, by BYLEX pages (every score is 0, but for the
+        registry, read with ZSCAN)."""
+        found: dict[bytes, None] = {}
+        cursor: Any = 0
+        while True:
+            cursor, page = yield Cmd(("ZSCAN", key, cursor, "COUNT", PAGE))
+            found.update(dict.fromkeys(member for member, _ in page))
+            if int(cursor) == 0:
+                return list(found)
+
+    @staticmethod
+    def _fields(key: bytes) -> Op[dict[bytes, bytes]]:
+        found: dict[bytes, bytes] = {}
+        cursor: Any = 0
+        while True:
+            cursor, page = yield Cmd(("HSCAN", key, cursor, "COUNT", PAGE // 5))
+            found.update(page)
+            if int(cursor) == 0:
+                return found
+
+    def _repair(self, keys: dict[str, bytes], stamp: bytes | None, fixes: list[Fix]) -> Op[bool]:
+        """Apply ``fixes`` in script calls of bounded size, each only if the thread's
+        stamp is the one the previous call left. False if the thread changed first."""
+        thread_keys = tuple(keys.values())
+        current = stamp or b""
+        batch: list[Any] = []
+        for fix in [*fixes, None]:
+            if fix is not None:
+                batch += [str(part) if isinstance(part, int) else part for part in fix]
+            if batch and (fix is None or len(batch) >= REPAIR_ARGS):
+                current = yield Eval(lua.REPAIR, thread_keys, (current, *batch))
+                if current is None:
+                    return False
+                batch = []
+        return True
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode() if isinstance(reply, bytes) else reply

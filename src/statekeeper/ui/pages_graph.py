@@ -1,0 +1,80 @@
+"""The graph, drawn offline, with the nodes that just ran and those that run next lit.
+
+The graph is ``--graph`` when given, else the one the selected checkpoint's metadata
+names (``statekeeper_graph``, recorded by the runner), loaded as ``statekeeper resume``
+loads it (which imports its module). It is never taken from the query string, so a link
+cannot make the server import a module of its choosing.
+
+The picture comes from :func:`draw`, the one call into the offline renderer; the
+page also lists the nodes and edges as text, for reading and for assistive technology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from statekeeper.graphs.drawing import render_svg
+from statekeeper.threads import pending_nodes
+from statekeeper.ui.render import Page
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from statekeeper.ui.app import Form, Inspector
+
+__all__ = ["draw", "graph"]
+
+
+def draw(graph: Any, current: Sequence[str], next: Sequence[str]) -> str:
+    """The compiled ``graph`` as an SVG document (text) with ``current`` and ``next`` lit,
+    from :func:`statekeeper.graphs.drawing.render_svg`: every name in it is escaped, and
+    it holds no script and no style the page's CSP would block."""
+    return render_svg(graph.get_graph(), current=tuple(current), next=tuple(next))
+
+
+def _structure(graph: Any) -> tuple[list[str], list[dict[str, Any]]]:
+    drawn = graph.get_graph()
+    nodes = [str(node_id) for node_id in drawn.nodes]
+    edges = [
+        {"source": edge.source, "target": edge.target, "conditional": bool(edge.conditional)}
+        for edge in drawn.edges
+    ]
+    return nodes, edges
+
+
+def graph(inspector: Inspector, request: Request, form: Form) -> Page:
+    """The graph of ``--graph`` or of ``?thread=`` (at checkpoint ``&id=``, default the
+    newest), with the nodes that ran to make that checkpoint and the next ones lit."""
+    params = request.query_params
+    thread_id = params.get("thread")
+    ref = inspector.options.graph_ref
+    current: tuple[str, ...] = ()
+    upcoming: tuple[str, ...] = ()
+    checkpoint_id = None
+    if thread_id is not None:
+        tup = inspector.checkpoint(thread_id, "", params.get("id") or None)
+        checkpoint_id = tup.checkpoint["id"]
+        upcoming = pending_nodes(tup.checkpoint)
+        if tup.parent_config is not None and (tup.metadata or {}).get("source") == "loop":
+            parent = inspector.saver.get_tuple(tup.parent_config)
+            current = pending_nodes(parent.checkpoint) if parent is not None else ()
+        named = (tup.metadata or {}).get("statekeeper_graph")
+        ref = ref or (named if isinstance(named, str) else None)
+    data: dict[str, Any] = {
+        "ref": ref,
+        "thread_id": thread_id,
+        "checkpoint_id": checkpoint_id,
+        "current": list(current),
+        "next": list(upcoming),
+        "nodes": [],
+        "edges": [],
+        "svg": None,
+    }
+    if ref is not None:
+        from statekeeper.graphs import load_graph
+
+        loaded = load_graph(ref)
+        data["nodes"], data["edges"] = _structure(loaded)
+        data["svg"] = draw(loaded, current, upcoming)
+    return Page("graph.html", data, title=f"Graph {ref or ''}".strip())

@@ -1,0 +1,137 @@
+"""The threads list and a thread's checkpoint tree.
+
+The list pages through ``threads.page_threads`` (the one place a thread index will
+replace) and describes each thread with ``threads.summarize``, the classification the
+CLI's ``statekeeper threads`` prints; a thread whose newest checkpoint cannot be read
+is listed with the error instead of failing the page.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statekeeper.errors import ConfigurationError, StatekeeperError, ThreadNotFoundError
+from statekeeper.threads import ThreadSummary, interrupts, page_threads, summarize
+from statekeeper.ui.render import Page
+from statekeeper.ui.tree import build_tree
+from statekeeper.ui.values import plain
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from statekeeper.ui.app import Form, Inspector
+
+__all__ = ["Row", "interrupt_values", "parse_metadata", "thread", "threads"]
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the threads list: the summary, or why there is none."""
+
+    thread_id: str
+    summary: ThreadSummary | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.summary is None:
+            return {"thread_id": self.thread_id, "status": "unreadable", "error": self.error}
+        return {**plain(self.summary), "error": None}
+
+
+def parse_metadata(text: str) -> dict[str, Any]:
+    """The metadata search ``key=value key2=value2``: each value is JSON when it parses
+    (``step=3``, ``flag=true``), else text.
+
+    Raises:
+        ConfigurationError: a term has no ``=``.
+    """
+    found: dict[str, Any] = {}
+    for term in text.split():
+        key, sep, raw = term.partition("=")
+        if not sep or not key:
+            raise ConfigurationError(
+                f"metadata search terms are key=value, got {term!r} (e.g. source=loop step=3)"
+            )
+        try:
+            found[key] = json.loads(raw)
+        except ValueError:
+            found[key] = raw
+    return found
+
+
+def _limit(text: str) -> int:
+    if not text:
+        return PAGE_SIZE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE_SIZE:
+        raise ConfigurationError(f"limit must be a number from 1 to {MAX_PAGE_SIZE}, got {text!r}")
+    return int(text)
+
+
+def _row(inspector: Inspector, thread_id: str) -> Row:
+    try:
+        tup = inspector.saver.get_tuple(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        )
+    except StatekeeperError as exc:
+        return Row(thread_id, None, f"{type(exc).__name__}: {exc}")
+    if tup is None:  # only subgraph checkpoints, or deleted since it was listed
+        return Row(thread_id, None, "no checkpoint in the root namespace")
+    return Row(thread_id, summarize(tup))
+
+
+def threads(inspector: Inspector, request: Request, form: Form) -> Page:
+    """Threads, most recently written first, a page at a time; ``q`` searches ids,
+    ``meta`` metadata (``key=value``), ``cursor`` opens the next page."""
+    params = request.query_params
+    match = params.get("q", "").strip()
+    meta_text = params.get("meta", "").strip()
+    page = page_threads(
+        inspector.saver,
+        limit=_limit(params.get("limit", "")),
+        cursor=params.get("cursor") or None,
+        match=match or None,
+        metadata=parse_metadata(meta_text) or None,
+    )
+    rows = [_row(inspector, thread_id) for thread_id in page.thread_ids]
+    data = {
+        "threads": [row.to_json() for row in rows],
+        "cursor": page.cursor,
+        "q": match,
+        "meta": meta_text,
+    }
+    return Page("threads.html", data, context={"rows": rows}, title="Threads")
+
+
+def thread(inspector: Inspector, request: Request, form: Form) -> Page:
+    """A thread: its head, and every checkpoint of every namespace as a tree."""
+    thread_id = request.query_params.get("thread")
+    if thread_id is None:
+        raise ConfigurationError("which thread? pass ?thread=ID")
+    listed = list(inspector.saver.list({"configurable": {"thread_id": thread_id}}))
+    if not listed:
+        raise ThreadNotFoundError(f"no thread {thread_id!r}; the threads page lists them")
+    namespaces = build_tree(listed)
+    root = [t for t in listed if t.config["configurable"].get("checkpoint_ns", "") == ""]
+    head = max(root, key=lambda t: t.checkpoint["id"]) if root else None
+    metadata = head.metadata if head is not None else {}
+    data = {
+        "thread_id": thread_id,
+        "summary": summarize(head) if head is not None else None,
+        "interrupts": interrupt_values(head) if head is not None else [],
+        "forked_from_thread": metadata.get("statekeeper_forked_from_thread"),
+        "namespaces": [ns.to_json() for ns in namespaces],
+    }
+    return Page("thread.html", data, context={"trees": namespaces}, title=f"Thread {thread_id}")
+
+
+def interrupt_values(tup: Any) -> list[dict[str, Any]]:
+    """The interrupts waiting at ``tup`` as ``{"id", "value"}`` (plain JSON)."""
+    return [
+        {"id": getattr(found, "id", None), "value": plain(getattr(found, "value", found))}
+        for found in interrupts(tup)
+    ]
