@@ -28,10 +28,17 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
 
+from statekeeper._storage.deltas import StoredValue
 from statekeeper._storage.payload import encode, safe_serde
 from statekeeper.backends.sqlite._database import Database
+from statekeeper.backends.sqlite._integrity import value_crc
 from statekeeper.backends.sqlite.checkpointer import MIGRATIONS, SqliteCheckpointer
-from statekeeper.errors import SchemaVersionError, SerializationError, StorageError
+from statekeeper.errors import (
+    CorruptCheckpointError,
+    SchemaVersionError,
+    SerializationError,
+    StorageError,
+)
 
 LATEST = MIGRATIONS[-1].version
 
@@ -332,6 +339,32 @@ def test_reading_with_the_wrong_key_fails_clearly(tmp_path: Path) -> None:
         saver.get_tuple(stored)
 
 
+def _forge_values(path: str, type_: str, payload: bytes) -> None:
+    """Replace every stored value by ``payload`` of type ``type_``, with checksums that
+    match: an attacker who can write the file can compute them too (a checksum finds
+    damage, it does not authenticate)."""
+    with _sqlite(path) as conn:
+        for thread_id, ns, channel, version in conn.execute(
+            "SELECT thread_id, checkpoint_ns, channel, version FROM blobs"
+        ).fetchall():
+            forged = StoredValue(channel, version, type_, "", payload, None, zlib.crc32(payload))
+            conn.execute(
+                "UPDATE blobs SET type = ?, codec = '', blob = ?, base_version = NULL, crc = ?,"
+                " row_crc = ? WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"
+                " AND version = ?",
+                (
+                    type_,
+                    payload,
+                    forged.crc,
+                    value_crc(thread_id, ns, forged),
+                    thread_id,
+                    ns,
+                    channel,
+                    version,
+                ),
+            )
+
+
 def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
     """A crafted checkpoint naming os.system must not execute when loaded."""
     canary = tmp_path / "pwned"
@@ -340,11 +373,7 @@ def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
     )
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
-        with _sqlite(saver.path) as conn:
-            conn.execute(  # an attacker who can write the file can fix the checksum too
-                "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
-                (payload, zlib.crc32(payload)),
-            )
+        _forge_values(saver.path, "msgpack", payload)
         loaded = saver.get_tuple(stored)
     assert not canary.exists()
     assert loaded is not None
@@ -356,12 +385,7 @@ def test_pickled_payloads_are_refused(tmp_path: Path) -> None:
 
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "x"})
-        with _sqlite(saver.path) as conn:
-            pickled = pickle.dumps("x")
-            conn.execute(
-                "UPDATE blobs SET type = 'pickle', codec = '', blob = ?, crc = ?",
-                (pickled, zlib.crc32(pickled)),
-            )
+        _forge_values(saver.path, "pickle", pickle.dumps("x"))
         with pytest.raises(
             SerializationError, match="cannot deserialise a stored 'pickle' payload"
         ):
@@ -376,11 +400,7 @@ def test_hostile_bytes_cannot_construct_non_data_classes(tmp_path: Path) -> None
     )
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
-        with _sqlite(saver.path) as conn:
-            conn.execute(  # an attacker who can write the file can fix the checksum too
-                "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
-                (payload, zlib.crc32(payload)),
-            )
+        _forge_values(saver.path, "msgpack", payload)
         saver.get_tuple(stored)
     assert not canary.exists()
 
@@ -504,8 +524,12 @@ def test_a_corrupt_delta_is_detected_not_returned(tmp_path: Path) -> None:
         configs = _grow(saver, "t", 3)
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE blobs SET blob = X'01910000' WHERE codec = 'append'")
-    with SqliteCheckpointer(path) as saver, pytest.raises(SerializationError, match="corrupt"):
+    with (
+        SqliteCheckpointer(path) as saver,
+        pytest.raises(CorruptCheckpointError, match=r"corrupt \(checksum mismatch\)") as caught,
+    ):
         saver.get_tuple(configs[-1])
+    assert (caught.value.record, caught.value.thread_id) == ("delta", "t")
 
 
 def test_listing_a_history_rebuilds_each_version_once(tmp_path: Path, monkeypatch) -> None:
