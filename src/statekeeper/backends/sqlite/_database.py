@@ -40,7 +40,7 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 
-__all__ = ["MEMORY", "Database", "Migration"]
+__all__ = ["DRIVER_ERRORS", "MEMORY", "Database", "Migration", "wrap"]
 
 MEMORY = ":memory:"
 logger = logging.getLogger(__name__)
@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 _CORRUPT = 11
 _SHORT_READ = 522
 _NOT_A_DATABASE = 26
+# What the sqlite3 module raises for SQLite's errors; a UnicodeDecodeError when SQLite's
+# message is not UTF-8 (it quotes a damaged name from the schema).
+DRIVER_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ class Database:
                     conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 self.schema_version = migrate(self, self._migrations)
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             conn.close()
             self._conn = None
             raise wrap(exc, self.path) from exc
@@ -208,7 +211,7 @@ class Database:
                 check_same_thread=False,  # use is serialised by self._lock
                 uri=uri,
             )
-        except sqlite3.Error as exc:
+        except DRIVER_ERRORS as exc:
             raise StorageError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
     def _connection(self) -> sqlite3.Connection:
@@ -255,11 +258,11 @@ class Database:
             conn = self._connection()
             try:
                 conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            except sqlite3.Error as exc:
+            except DRIVER_ERRORS as exc:
                 raise wrap(exc, self.path) from exc
             try:
                 yield conn
-            except sqlite3.Error as exc:
+            except DRIVER_ERRORS as exc:
                 _rollback(conn)
                 raise wrap(exc, self.path) from exc
             except BaseException:
@@ -267,7 +270,7 @@ class Database:
                 raise
             try:
                 conn.commit()
-            except sqlite3.Error as exc:
+            except DRIVER_ERRORS as exc:
                 _rollback(conn)
                 raise wrap(exc, self.path) from exc
 
@@ -337,11 +340,15 @@ def check_version(path: str, component: str, current: int, latest: int) -> None:
         )
 
 
-def wrap(exc: sqlite3.Error, path: str) -> StorageError:
+def wrap(exc: sqlite3.Error | UnicodeDecodeError, path: str) -> StorageError:
     """A ``sqlite3`` error as a :class:`StorageError` naming the file: damage SQLite
     found itself is a :class:`CorruptCheckpointError` (naming the file, not a row)."""
-    message = str(exc)
     code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(exc, UnicodeDecodeError):
+        message = exc.object.decode("utf-8", "replace") if isinstance(exc.object, bytes) else ""
+        code = _CORRUPT  # SQLite's message quotes text that is not UTF-8: damage
+    else:
+        message = str(exc)
     if code is not None and (code & 0xFF == _CORRUPT or code == _SHORT_READ):
         damage = Damage(f"SQLite: {message}", backend="sqlite", path=path)
         return CorruptCheckpointError(
@@ -362,7 +369,7 @@ def wrap(exc: sqlite3.Error, path: str) -> StorageError:
 
 def _rollback(conn: sqlite3.Connection) -> None:
     # A damaged file can fail the rollback too: the error that caused it is the news.
-    with suppress(sqlite3.Error):
+    with suppress(*DRIVER_ERRORS):
         conn.rollback()
 
 

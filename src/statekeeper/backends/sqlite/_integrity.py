@@ -51,6 +51,7 @@ __all__ = [
     "is_text",
     "key_path",
     "metadata_crc",
+    "text_keys",
     "value_crc",
     "with_location",
     "write_crc",
@@ -229,8 +230,10 @@ def check_value(key: tuple[str, str], row: Row, where: Where, *, legacy: bool) -
     """
     value = StoredValue(*row[:7])
     row_crc = row[7]
-    if row_crc is None and legacy:
-        if all(is_text(text) for text in row[:4]) and type(value.data) is bytes:
+    if type(value.data) is not bytes:  # the payload's own CRC is checked on its bytes
+        reason = "its payload is not stored as bytes"
+    elif row_crc is None and legacy:
+        if all(is_text(text) for text in row[:4]):
             return value
         reason = "a column holds a value of the wrong type"
     elif row_crc == value_crc(*key, value):
@@ -291,6 +294,21 @@ def check_key(found: tuple[Any, ...], wanted: tuple[Any, ...], where: Where, tab
             key_path(table, *wanted),
             f"the row found for this key is the row of {list(found)!r}",
         )
+
+
+def text_keys(keys: list[Row], database: str, table: str) -> list[Row]:
+    """``keys`` (rows of ids read to be used as parameters), refusing one that is not
+    text: a damaged key can be neither used nor trusted.
+
+    Raises:
+        CorruptCheckpointError: record ``"index"``.
+    """
+    for key in keys:
+        if not all(is_text(part) for part in key):
+            where = Where(database, *(part if is_text(part) else None for part in key))
+            reason = "a stored key is not valid text (damaged)"
+            raise corrupt(where, "index", key_path(table, *key), reason)
+    return keys
 
 
 def is_text(value: object) -> bool:

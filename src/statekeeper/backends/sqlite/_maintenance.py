@@ -26,6 +26,7 @@ from statekeeper.backends.sqlite._integrity import (
     check_writes,
     checkpoint_crc,
     metadata_crc,
+    text_keys,
     value_crc,
     write_crc,
 )
@@ -77,6 +78,7 @@ class Maintenance:
                 " WHERE run_id IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(run_ids)),),
             ).fetchall()
+            text_keys(doomed, self.rules.database, "checkpoints")
             self._delete_checkpoints(conn, doomed)
 
     def keep_latest(self, thread_ids: Sequence[str]) -> None:
@@ -86,7 +88,7 @@ class Maintenance:
                     "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?",
                     (thread_id,),
                 ).fetchall()
-                for (ns,) in namespaces:
+                for (ns,) in text_keys(namespaces, self.rules.database, "checkpoints"):
                     self._keep_latest(conn, thread_id, ns)
 
     def _keep_latest(self, conn: sqlite3.Connection, thread_id: str, ns: str) -> None:
@@ -109,7 +111,7 @@ class Maintenance:
             ).fetchall()
             if checkpoint_id not in keep
         ]
-        self._delete_checkpoints(conn, doomed)
+        self._delete_checkpoints(conn, text_keys(doomed, self.rules.database, "checkpoints"))
 
     def _delete_checkpoints(self, conn: sqlite3.Connection, keys: Sequence[Row]) -> None:
         """Delete these (thread, namespace, checkpoint id)s with their writes, subtract
@@ -182,7 +184,7 @@ class Maintenance:
                 " SELECT checkpoint_ns FROM writes WHERE thread_id = ?1",
                 (source,),
             ).fetchall()
-            for (ns,) in namespaces:
+            for (ns,) in text_keys(namespaces, self.rules.database, "checkpoints"):
                 self._copy_namespace(conn, (source, ns), target)
             conn.execute(
                 "INSERT INTO heads SELECT ?, checkpoint_ns, newest_id, checkpoint_count"

@@ -224,45 +224,86 @@ def decode_writes(serde: SerializerProtocol, rows: Rows) -> list[TaskWrite]:
     return [TaskWrite(w[3], w[6], w[5], decode(serde, w[7], w[8], w[9])) for w in rows]
 
 
+# How a scope's checkpoints are counted, through each way a read may reach them: the
+# primary key (get_tuple, namespace listings), the (thread, id) index (listings of a whole
+# thread), the id index and the table itself (global listings). Each counts what the
+# read that goes that way would see, so an index that lost entries is found too.
+_PRIMARY_KEY = "INDEXED BY sqlite_autoindex_checkpoints_1"
+_COUNT_NAMESPACES = (
+    "SELECT thread_id, checkpoint_ns, COUNT(*), MAX(checkpoint_id) FROM checkpoints {access}"
+    "{where} GROUP BY thread_id, checkpoint_ns"
+)
+_COUNT_THREADS = (
+    "SELECT thread_id, COUNT(*), MAX(checkpoint_id) FROM checkpoints"
+    " INDEXED BY checkpoints_thread_newest{where} GROUP BY thread_id"
+)
+_COUNT_ALL = "SELECT COUNT(*), MAX(checkpoint_id) FROM checkpoints INDEXED BY checkpoints_newest"
+Counts = dict[Any, tuple[Any, Any]]  # key -> (newest id, count)
+
+
 def scope_damage(
     conn: sqlite3.Connection, scope: tuple[str | None, str | None], rules: Rules
 ) -> list[CorruptCheckpointError]:
     """Compare the checkpoints stored in ``scope`` (a thread id and a namespace, each
-    ``None`` for all) with their head records, in one snapshot: a lost row, a row in a
-    namespace without a head, a head without rows, a wrong newest id."""
+    ``None`` for all) with their head records, in one snapshot, counted through every
+    way a read reaches them: a lost row, a row in a namespace without a head, a head
+    without rows, a wrong newest id, an index that lost or gained entries."""
     if not rules.heads:
         return []
-    where, params = "", scope[: 2 if scope[1] is not None else 1 if scope[0] is not None else 0]
-    if params:
-        where = " WHERE thread_id = ?" + (" AND checkpoint_ns = ?" if len(params) == 2 else "")
-    stored = {
-        (thread_id, ns): (newest_id, count)
-        for thread_id, ns, count, newest_id in conn.execute(
-            "SELECT thread_id, checkpoint_ns, COUNT(*), MAX(checkpoint_id) FROM checkpoints"  # noqa: S608
-            + where
-            + " GROUP BY thread_id, checkpoint_ns",
-            params,
-        )
-    }
-    heads = {
-        (thread_id, ns): (newest_id, count)
-        for thread_id, ns, newest_id, count in conn.execute(
+    thread_id, ns = scope
+    where, params = (" WHERE thread_id = ?", (thread_id,)) if thread_id is not None else ("", ())
+    heads: Counts = {
+        (t, n): (newest_id, count)
+        for t, n, newest_id, count in conn.execute(
             "SELECT thread_id, checkpoint_ns, newest_id, checkpoint_count FROM heads" + where,  # noqa: S608
             params,
         )
     }
-    errors = []
-    for key in sorted(stored.keys() | heads.keys(), key=repr):
-        found, head = stored.get(key), heads.get(key)
-        if found != head:
-            errors.append(_head_mismatch(rules.database, key, found, head))
+    accesses = [_PRIMARY_KEY] if thread_id is not None else [_PRIMARY_KEY, "NOT INDEXED"]
+    for access in accesses:
+        stored = _counts(conn, _COUNT_NAMESPACES.format(access=access, where=where), params)
+        wrong = [k for k in stored.keys() | heads.keys() if stored.get(k) != heads.get(k)]
+        if wrong:  # reported for the namespaces asked about; the thread totals cannot tell
+            return [
+                _head_mismatch(rules.database, key, stored.get(key), heads.get(key))
+                for key in sorted(wrong, key=repr)
+                if ns is None or key[1] == ns
+            ]
+    per_thread: dict[Any, tuple[str, int]] = {}
+    for (t, _), (newest_id, count) in heads.items():  # consistent with the rows: all text
+        before = per_thread.get(t, (newest_id, 0))
+        per_thread[t] = (max(before[0], newest_id), before[1] + count)
+    through = {
+        t: (newest_id, count)
+        for t, count, newest_id in conn.execute(_COUNT_THREADS.format(where=where), params)
+    }
+    errors = [
+        _index_mismatch(rules.database, "checkpoints_thread_newest", key)
+        for key in sorted(through.keys() | per_thread.keys(), key=repr)
+        if through.get(key) != per_thread.get(key)
+    ]
+    if thread_id is None:
+        count, newest_id = conn.execute(_COUNT_ALL).fetchone()
+        total = sum(c for _, c in per_thread.values())
+        if count != total or (count and newest_id != max(n for n, _ in per_thread.values())):
+            errors.append(_index_mismatch(rules.database, "checkpoints_newest", None))
     return errors
+
+
+def _counts(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Counts:
+    return {(t, n): (newest_id, count) for t, n, count, newest_id in conn.execute(sql, params)}
+
+
+def _index_mismatch(database: str, index: str, thread_id: Any) -> CorruptCheckpointError:
+    where = Where(database, thread_id if is_text(thread_id) else None)
+    reason = f"the index {index} does not list the checkpoints the head records count"
+    return corrupt(where, "index", key_path("checkpoints", index, thread_id), reason)
 
 
 def _head_mismatch(
     database: str, key: tuple[Any, Any], found: tuple[Any, int] | None, head: tuple[Any, Any] | None
 ) -> CorruptCheckpointError:
-    where = Where(database, *(k if isinstance(k, str) else None for k in key))
+    where = Where(database, *(k if is_text(k) else None for k in key))
     path = key_path("heads", *key)
     if head is None:
         return corrupt(where, "head", path, "checkpoints are stored without their head record")

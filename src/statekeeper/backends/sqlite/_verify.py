@@ -81,6 +81,11 @@ def verify(db: Database, rules: Rules, serde: SerializerProtocol, *, repair: boo
         return [*found, exc.damage]
     unverified = 0
     for key in namespaces:
+        if not all(is_text(part) for part in key):
+            where = _where(rules.database, key)
+            reason = "rows are stored under a thread id or namespace that is not valid text"
+            found.append(corrupt(where, "index", key_path("checkpoints", *key), reason).damage)
+            continue
         try:
             with db.transaction(write=repair) as conn:
                 check = _Namespace(conn, key, rules, serde, repairing=repair)
