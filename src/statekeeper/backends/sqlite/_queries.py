@@ -150,9 +150,11 @@ CHECKPOINT_COLUMNS = (
     " writes_count, writes_sum"
 )
 SELECT_CHECKPOINTS = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"  # noqa: S608
+# The newest checkpoint of a namespace, with the newest id its head record names.
 SELECT_NEWEST = (
-    SELECT_CHECKPOINTS + " WHERE thread_id = ? AND checkpoint_ns = ?"
-    " ORDER BY checkpoint_id DESC LIMIT 1"
+    f"SELECT {CHECKPOINT_COLUMNS}, (SELECT newest_id FROM heads"  # noqa: S608
+    " WHERE thread_id = ?1 AND checkpoint_ns = ?2) FROM checkpoints"
+    " WHERE thread_id = ?1 AND checkpoint_ns = ?2 ORDER BY checkpoint_id DESC LIMIT 1"
 )
 SELECT_ONE = SELECT_CHECKPOINTS + " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 # A new checkpoint: its writes digest is of the writes already stored for it (usually

@@ -94,9 +94,9 @@ def newest(
     :func:`read_rest`), checked against the namespace's head record: a missing newest
     row, or checkpoints without their head, are damage. ``None``: no checkpoint."""
     found = conn.execute(SELECT_NEWEST, key).fetchone()
-    head = conn.execute(SELECT_HEAD, key).fetchone() if rules.heads else None
     path = key_path("heads", *key)
     if found is None:
+        head = conn.execute(SELECT_HEAD, key).fetchone() if rules.heads else None
         if head is not None:
             raise corrupt(
                 where,
@@ -106,17 +106,17 @@ def newest(
                 "but none is stored",
             )
         return None
-    row = CheckpointRow._make(found)
+    row, head_id = CheckpointRow._make(found[:-1]), found[-1]
     check_key((row.thread_id, row.checkpoint_ns), key, where, "checkpoints")
-    if not rules.heads or (head is not None and head[0] == row.checkpoint_id):
+    if not rules.heads or head_id == row.checkpoint_id:
         return row
-    if head is None:
+    if head_id is None:
         raise corrupt(where, "head", path, "checkpoints are stored without their head record")
-    if isinstance(head[0], str) and head[0] > row.checkpoint_id:
-        missing = Where(where.database, *key, head[0])
+    if isinstance(head_id, str) and head_id > row.checkpoint_id:
+        missing = Where(where.database, *key, head_id)
         reason = f"the newest checkpoint is missing (the newest found is {row.checkpoint_id!r})"
         raise corrupt(missing, "checkpoint", path, reason)
-    reason = f"the head record names {head[0]!r} the newest, but {row.checkpoint_id!r} is"
+    reason = f"the head record names {head_id!r} the newest, but {row.checkpoint_id!r} is"
     raise corrupt(where, "head", path, reason)
 
 
