@@ -42,6 +42,7 @@ from statekeeper.backends.sqlite._queries import (
     Rows,
 )
 from statekeeper.backends.sqlite._reads import Rules, newest, scope_damage, walk_ancestors
+from statekeeper.backends.sqlite._verify import verify
 from statekeeper.errors import Damage, ThreadExistsError
 
 __all__ = ["Maintenance"]
@@ -233,8 +234,7 @@ class Maintenance:
         return total
 
     def verify(self, *, repair: bool) -> list[Damage]:
-        from statekeeper.backends.sqlite._verify import verify
-
+        """See :mod:`._verify`."""
         return verify(self.db, self.rules, self.serde, repair=repair)
 
 
