@@ -188,17 +188,18 @@ def check_checkpoint(row: CheckpointRow, where: Where, *, legacy: bool) -> None:
         CorruptCheckpointError: record ``"checkpoint"`` or ``"metadata"``.
     """
     key = (row.thread_id, row.checkpoint_ns, row.checkpoint_id)
-    path = key_path("checkpoints", *key)
     if row.crc is None and legacy:
-        _check_legacy_checkpoint(row, where, path)
+        _check_legacy_checkpoint(row, where, key_path("checkpoints", *key))
         return
     payload = (row.type, row.codec, row.checkpoint)
     if row.crc != checkpoint_crc(
         key, row.parent_id, row.run_id, payload, row.channel_versions, row.values_count
     ):
-        raise corrupt(where, "checkpoint", path, "the row does not match its checksum")
+        reason = "the row does not match its checksum"
+        raise corrupt(where, "checkpoint", key_path("checkpoints", *key), reason)
     if row.metadata_crc != metadata_crc(key, row.metadata):
-        raise corrupt(where, "metadata", path, "its metadata does not match its checksum")
+        reason = "its metadata does not match its checksum"
+        raise corrupt(where, "metadata", key_path("checkpoints", *key), reason)
 
 
 def _check_legacy_checkpoint(row: CheckpointRow, where: Where, path: str) -> None:
@@ -261,17 +262,19 @@ def check_writes(
     """
     total = 0
     for row in rows:
-        path = key_path("writes", *row[:5])
-        if tuple(row[:3]) != key:
-            raise corrupt(where, "writes", path, "a write row of another checkpoint was read")
         crc = row[10]
-        if crc is None and legacy:
-            if not all(is_text(text) for text in (row[3], row[5], row[6], row[7], row[8])):
-                raise corrupt(where, "writes", path, "a column holds a value of the wrong type")
+        if tuple(row[:3]) != key:
+            reason = "a write row of another checkpoint was read"
+        elif crc is None and legacy:
+            if all(is_text(text) for text in (row[3], row[5], row[6], row[7], row[8])):
+                continue
+            reason = "a column holds a value of the wrong type"
         elif crc != write_crc(row[:10]):
-            raise corrupt(where, "writes", path, "the row does not match its checksum")
+            reason = "the row does not match its checksum"
         else:
             total += crc
+            continue
+        raise corrupt(where, "writes", key_path("writes", *row[:5]), reason)
     if digest is None or (digest[0] is None and legacy):
         return
     count, stored_sum = digest

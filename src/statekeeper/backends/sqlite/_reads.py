@@ -94,14 +94,13 @@ def newest(
     :func:`read_rest`), checked against the namespace's head record: a missing newest
     row, or checkpoints without their head, are damage. ``None``: no checkpoint."""
     found = conn.execute(SELECT_NEWEST, key).fetchone()
-    path = key_path("heads", *key)
     if found is None:
         head = conn.execute(SELECT_HEAD, key).fetchone() if rules.heads else None
         if head is not None:
             raise corrupt(
                 where,
                 "checkpoint",
-                path,
+                key_path("heads", *key),
                 f"the head record names {head[0]!r} the newest of {head[1]!r} checkpoints, "
                 "but none is stored",
             )
@@ -110,6 +109,7 @@ def newest(
     check_key((row.thread_id, row.checkpoint_ns), key, where, "checkpoints")
     if not rules.heads or head_id == row.checkpoint_id:
         return row
+    path = key_path("heads", *key)
     if head_id is None:
         raise corrupt(where, "head", path, "checkpoints are stored without their head record")
     if isinstance(head_id, str) and head_id > row.checkpoint_id:
@@ -169,7 +169,7 @@ def read_rest(
     for value in value_rows:
         check_key(tuple(value[:2]), tuple(value[8:10]), where, "blobs")
         if value[2] == EMPTY[0]:
-            check_value(key, value, where, legacy=rules.legacy)
+            reader.check_empty(key, value, where)
         else:
             values.append((value[0], value[2], reader.read(key, value, where)))
     if row.values_count is not None and len(value_rows) < row.values_count:

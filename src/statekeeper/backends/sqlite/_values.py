@@ -71,10 +71,10 @@ class ValueReader:
                 (record ``"value"`` or ``"delta"``), or a base is missing.
         """
         thread_id, ns = key
-        wanted = check_value(key, row, where, legacy=self.legacy)
-        memo_key = (thread_id, ns, wanted.channel, wanted.version)
-        if memo_key in self.memo:
+        memo_key = (thread_id, ns, row[0], row[1])
+        if memo_key in self.memo:  # this row was verified and rebuilt in this transaction
             return self.memo[memo_key]
+        wanted = check_value(key, row, where, legacy=self.legacy)
         remembered = self.recent.get((thread_id, ns, wanted.channel))
         # The newest version this process wrote, if the row still holds what it wrote.
         if remembered is not None and (remembered.version, remembered.crc) == (
@@ -95,6 +95,13 @@ class ValueReader:
             self.memo[(thread_id, ns, link.channel, link.version)] = data
         return self.memo[memo_key]
 
+    def check_empty(self, key: tuple[str, str], row: Row, where: Where) -> None:
+        """Verify the row of a version without a value (the ``empty`` marker)."""
+        memo_key = (*key, row[0], row[1])
+        if memo_key not in self.memo:
+            check_value(key, row, where, legacy=self.legacy)
+            self.memo[memo_key] = b""
+
     def _chain(
         self, key: tuple[str, str], wanted: StoredValue, where: Where
     ) -> tuple[list[StoredValue], bytes | None]:
@@ -106,22 +113,20 @@ class ValueReader:
             below = self.memo.get((thread_id, ns, wanted.channel, chain[-1].base))
             if below is not None:
                 return chain, below
-            path = key_path("blobs", thread_id, ns, wanted.channel, chain[-1].base)
-            if len(chain) > MAX_CHAIN:
-                raise corrupt(
-                    where, "delta", path, "its chain of deltas is longer than any written"
-                )
-            base = self.conn.execute(
-                SELECT_VALUE, (thread_id, ns, wanted.channel, chain[-1].base)
-            ).fetchone()
+            base = None
+            if len(chain) <= MAX_CHAIN:
+                base = self.conn.execute(
+                    SELECT_VALUE, (thread_id, ns, wanted.channel, chain[-1].base)
+                ).fetchone()
             if base is None:
-                raise corrupt(
-                    where,
-                    "delta",
-                    path,
-                    f"the value at version {chain[-1].version} is a delta on this version, "
-                    "which is missing",
+                reason = (
+                    "its chain of deltas is longer than any written"
+                    if len(chain) > MAX_CHAIN
+                    else f"the value at version {chain[-1].version} is a delta on this "
+                    "version, which is missing"
                 )
+                path = key_path("blobs", thread_id, ns, wanted.channel, chain[-1].base)
+                raise corrupt(where, "delta", path, reason)
             check_key(tuple(base[:2]), (wanted.channel, chain[-1].base), where, "blobs")
             chain.append(check_value(key, base, where, legacy=self.legacy))
         return chain, None
