@@ -11,8 +11,10 @@ Damage is placed by reading SQLite's file format (:func:`_cells`): bit flips ins
 bytes of each record kind (checkpoint rows, their metadata, pending writes, values,
 append deltas, head records, index entries), in b-tree structure (page headers, cell
 pointers, cell headers), truncations at any byte and at page boundaries, and deleted
-rows. Trials are drawn from a seeded generator (``SEED``): a failure names its trial,
-and the same seed replays it.
+rows. Trials are drawn from a seeded generator (``SEED``) over the file's structure (the
+n-th cell of a kind, the n-th byte in it); the written bytes themselves differ from run to
+run (checkpoint ids hold the time), so a failure names its trial and the damaged file,
+which pytest keeps in its temporary directory to be read again.
 """
 
 from __future__ import annotations

@@ -57,30 +57,34 @@ __all__ = [
     "write_crc",
 ]
 
-_NONE = b"n"
-
 
 def checksum(*fields: object) -> int:
-    """CRC-32 over ``fields``, each framed by its type and length, so that no two
-    different rows (a byte moved from one column to the next, a text turned into a blob,
-    ``NULL`` into ``''``) have the same framing. Accepts whatever SQLite returns from a
-    damaged row (text, bytes, integers, floats, ``None``)."""
-    crc = 0
+    """CRC-32 over ``fields``, framed so that no two different rows have the same input:
+    a header lists each field's type and length (text in characters, bytes in bytes),
+    then come the texts, then the bytes — a byte moved from one column to the next, a
+    text turned into a blob, ``NULL`` into ``''``, all change it. Accepts whatever
+    SQLite returns from a damaged row (text, bytes, integers, floats, ``None``)."""
+    header: list[str] = []
+    texts: list[str] = []
+    chunks: list[bytes | bytearray] = []
     for field in fields:
-        kind = type(field)
         if isinstance(field, str):
-            data = field.encode("utf-8", "surrogatepass")
-            tag = b"s"
+            header.append(f"s{len(field)}")
+            texts.append(field)
         elif isinstance(field, bytes | bytearray):  # serde may hand over a bytearray
-            data = bytes(field) if type(field) is not bytes else field
-            tag = b"b"
+            header.append(f"b{len(field)}")
+            chunks.append(field)
         elif field is None:
-            crc = zlib.crc32(_NONE, crc)
-            continue
-        else:  # integers; a float or anything else only comes from damage
-            data = repr(field).encode("ascii", "backslashreplace")
-            tag = b"i" if kind is int else b"f"
-        crc = zlib.crc32(data, zlib.crc32(tag + len(data).to_bytes(8, "big"), crc))
+            header.append("n")
+        elif type(field) is int:
+            header.append(f"i{field}")
+        else:  # a float or anything else only comes from damage
+            text = repr(field)
+            header.append(f"{type(field).__name__}{len(text)}")
+            texts.append(text)
+    crc = zlib.crc32((",".join(header) + ";" + "".join(texts)).encode("utf-8", "surrogatepass"))
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)
     return crc
 
 
