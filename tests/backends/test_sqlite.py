@@ -28,10 +28,17 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
 
+from statekeeper._storage.deltas import StoredValue
 from statekeeper._storage.payload import encode, safe_serde
 from statekeeper.backends.sqlite._database import Database
+from statekeeper.backends.sqlite._integrity import value_crc
 from statekeeper.backends.sqlite.checkpointer import MIGRATIONS, SqliteCheckpointer
-from statekeeper.errors import SchemaVersionError, SerializationError, StorageError
+from statekeeper.errors import (
+    CorruptCheckpointError,
+    SchemaVersionError,
+    SerializationError,
+    StorageError,
+)
 
 LATEST = MIGRATIONS[-1].version
 
@@ -119,6 +126,121 @@ def test_older_database_is_upgraded_once_and_keeps_its_data(tmp_path: Path) -> N
     with sqlite3.connect(path) as conn:
         indexes = {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
     assert {"checkpoints_newest", "checkpoints_thread_newest", "checkpoints_run"} <= indexes
+
+
+def _version_1_database(path: Path) -> str:
+    """A file at schema version 1 with one checkpoint (with a pending write) and its value,
+    in that version's row shapes; returns the checkpoint id."""
+    Database(path, component="checkpoints", migrations=MIGRATIONS[:1]).close()
+    serde = safe_serde()
+    version = json.dumps("00000000000000000000000000000001.5")
+    checkpoint = generate_checkpoint(checkpoint_id="1ef00000-0000-6000-8000-000000000001")
+    checkpoint["channel_versions"] = {"messages": json.loads(version)}
+    stripped = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO blobs VALUES ('t', '', 'messages', ?, ?, ?, ?)",
+            (version, *encode(serde, ["hello", "world"], compress=False)),
+        )
+        conn.execute(
+            "INSERT INTO checkpoints VALUES ('t', '', ?, NULL, 'run-1', ?, ?, ?, ?, ?)",
+            (
+                checkpoint["id"],
+                *encode(serde, stripped, compress=False),
+                json.dumps({"source": "loop", "step": 0, "run_id": "run-1"}),
+                json.dumps({"messages": version}),
+            ),
+        )
+        conn.execute(
+            "INSERT INTO writes VALUES ('t', '', ?, 'task', 0, 'messages', '', ?, ?, ?)",
+            (checkpoint["id"], *encode(serde, ["again"], compress=False)),
+        )
+    return str(checkpoint["id"])
+
+
+def _row_counts(path: Path) -> list[int]:
+    return [
+        _query(path, f"SELECT COUNT(*) FROM {table}")[0][0]
+        for table in ("checkpoints", "blobs", "writes")
+    ]
+
+
+def test_rows_written_before_checksums_are_reported_until_repair_checksums_them(
+    tmp_path: Path,
+) -> None:
+    """The upgrade adds checksum columns without rewriting a row; such rows read as
+    before, verify() reports them as unverified, and verify(repair=True) checksums them
+    (changing nothing else), after which damage to them is detected like any other."""
+    path = tmp_path / "old.db"
+    checkpoint_id = _version_1_database(path)
+    with SqliteCheckpointer(str(path)) as saver:
+        loaded = saver.get_tuple(generate_config("t"))
+        assert loaded is not None
+        assert loaded.checkpoint["channel_values"] == {"messages": ["hello", "world"]}
+        assert loaded.pending_writes == [("task", "messages", ["again"])]
+        found = saver.verify()
+        assert sorted((d.record, d.thread_id) for d in found) == [
+            ("checkpoint", "t"),
+            ("value", "t"),
+            ("writes", "t"),
+        ]
+        assert all("written before checksums existed" in d.reason for d in found)
+        counts = _row_counts(path)
+        repaired = saver.verify(repair=True)
+        assert [d.reason.endswith("[checksummed now]") for d in repaired] == [True] * 3
+        assert saver.verify() == []
+        assert _row_counts(path) == counts
+        assert saver.get_tuple(generate_config("t")) == loaded
+    with _sqlite(path) as conn:  # now a change to the row is damage, as in a new database
+        conn.execute("UPDATE checkpoints SET metadata = replace(metadata, '0', '1')")
+    with (
+        SqliteCheckpointer(str(path)) as saver,
+        pytest.raises(CorruptCheckpointError, match=checkpoint_id) as caught,
+    ):
+        saver.get_tuple(generate_config("t"))
+    assert caught.value.record == "metadata"
+
+
+def test_a_row_without_a_checksum_in_a_database_that_never_had_one_is_damage(
+    tmp_path: Path,
+) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        stored = _put(saver, "t", {"a": 1})
+        with _sqlite(saver.path) as conn:
+            conn.execute("UPDATE checkpoints SET crc = NULL")
+        with pytest.raises(CorruptCheckpointError, match="does not match its checksum"):
+            saver.get_tuple(stored)
+        saver.verify(repair=True)  # repair does not bless it
+        with pytest.raises(CorruptCheckpointError, match="does not match its checksum"):
+            saver.get_tuple(stored)
+
+
+def test_repair_rebuilds_digests_and_heads_from_the_rows_stored_and_deletes_nothing(
+    tmp_path: Path,
+) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        first = _put(saver, "t", {"a": 1})
+        saver.put_writes(first, [("a", 2), ("a", 3)], "task")
+        second = _put(saver, "t", {"a": 4})
+        with _sqlite(saver.path) as conn:
+            conn.execute("DELETE FROM writes WHERE idx = 1")  # a lost write
+            conn.execute(
+                "DELETE FROM checkpoints WHERE checkpoint_id = ?",
+                (second["configurable"]["checkpoint_id"],),
+            )
+        with pytest.raises(CorruptCheckpointError, match="pending writes"):
+            saver.get_tuple(first)
+        with pytest.raises(CorruptCheckpointError, match="missing"):
+            saver.get_tuple(generate_config("t"))
+        counts = _row_counts(Path(saver.path))
+        repaired = saver.verify(repair=True)
+        assert sorted(d.record for d in repaired) == ["checkpoint", "writes"]
+        assert all("rebuilt from" in d.reason for d in repaired)
+        assert saver.verify() == []
+        assert _row_counts(Path(saver.path)) == counts
+        loaded = saver.get_tuple(generate_config("t"))  # the thread goes on from what is left
+        assert loaded is not None
+        assert loaded.pending_writes == [("task", "a", 2)]
 
 
 def test_database_from_a_newer_version_is_refused_untouched(tmp_path: Path) -> None:
@@ -332,6 +454,32 @@ def test_reading_with_the_wrong_key_fails_clearly(tmp_path: Path) -> None:
         saver.get_tuple(stored)
 
 
+def _forge_values(path: str, type_: str, payload: bytes) -> None:
+    """Replace every stored value by ``payload`` of type ``type_``, with checksums that
+    match: an attacker who can write the file can compute them too (a checksum finds
+    damage, it does not authenticate)."""
+    with _sqlite(path) as conn:
+        for thread_id, ns, channel, version in conn.execute(
+            "SELECT thread_id, checkpoint_ns, channel, version FROM blobs"
+        ).fetchall():
+            forged = StoredValue(channel, version, type_, "", payload, None, zlib.crc32(payload))
+            conn.execute(
+                "UPDATE blobs SET type = ?, codec = '', blob = ?, base_version = NULL, crc = ?,"
+                " row_crc = ? WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"
+                " AND version = ?",
+                (
+                    type_,
+                    payload,
+                    forged.crc,
+                    value_crc(thread_id, ns, forged),
+                    thread_id,
+                    ns,
+                    channel,
+                    version,
+                ),
+            )
+
+
 def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
     """A crafted checkpoint naming os.system must not execute when loaded."""
     canary = tmp_path / "pwned"
@@ -340,11 +488,7 @@ def test_hostile_stored_bytes_cannot_run_code(tmp_path: Path) -> None:
     )
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
-        with _sqlite(saver.path) as conn:
-            conn.execute(  # an attacker who can write the file can fix the checksum too
-                "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
-                (payload, zlib.crc32(payload)),
-            )
+        _forge_values(saver.path, "msgpack", payload)
         loaded = saver.get_tuple(stored)
     assert not canary.exists()
     assert loaded is not None
@@ -356,12 +500,7 @@ def test_pickled_payloads_are_refused(tmp_path: Path) -> None:
 
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "x"})
-        with _sqlite(saver.path) as conn:
-            pickled = pickle.dumps("x")
-            conn.execute(
-                "UPDATE blobs SET type = 'pickle', codec = '', blob = ?, crc = ?",
-                (pickled, zlib.crc32(pickled)),
-            )
+        _forge_values(saver.path, "pickle", pickle.dumps("x"))
         with pytest.raises(
             SerializationError, match="cannot deserialise a stored 'pickle' payload"
         ):
@@ -376,11 +515,7 @@ def test_hostile_bytes_cannot_construct_non_data_classes(tmp_path: Path) -> None
     )
     with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
         stored = _put(saver, "t", {"a": "harmless"})
-        with _sqlite(saver.path) as conn:
-            conn.execute(  # an attacker who can write the file can fix the checksum too
-                "UPDATE blobs SET type = 'msgpack', codec = '', blob = ?, crc = ?",
-                (payload, zlib.crc32(payload)),
-            )
+        _forge_values(saver.path, "msgpack", payload)
         saver.get_tuple(stored)
     assert not canary.exists()
 
@@ -504,8 +639,12 @@ def test_a_corrupt_delta_is_detected_not_returned(tmp_path: Path) -> None:
         configs = _grow(saver, "t", 3)
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE blobs SET blob = X'01910000' WHERE codec = 'append'")
-    with SqliteCheckpointer(path) as saver, pytest.raises(SerializationError, match="corrupt"):
+    with (
+        SqliteCheckpointer(path) as saver,
+        pytest.raises(CorruptCheckpointError, match=r"corrupt \(checksum mismatch\)") as caught,
+    ):
         saver.get_tuple(configs[-1])
+    assert (caught.value.record, caught.value.thread_id) == ("delta", "t")
 
 
 def test_listing_a_history_rebuilds_each_version_once(tmp_path: Path, monkeypatch) -> None:

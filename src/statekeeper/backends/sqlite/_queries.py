@@ -1,37 +1,59 @@
-"""The SQLite checkpointer's schema and the queries too long to read inline.
+"""The SQLite checkpointer's schema, its row shapes and the queries too long to read inline.
 
 Every statement here is a constant with ``?`` placeholders: ids, metadata keys and filter
 values only ever travel as parameters.
 
-Tables (see ``MIGRATIONS``):
+Tables (see ``MIGRATIONS``; what each checksum covers: :mod:`._integrity`):
 
 * ``checkpoints`` — one row per checkpoint: the checkpoint without its channel values
   (through ``serde``), metadata as canonical JSON (for filtering), the channel versions as
-  JSON (to find values without deserialising), the parent id and the run id.
+  JSON (to find values without deserialising), the parent id and the run id; its
+  checksums, how many of its values were stored when it was, and the count and checksum
+  sum of its pending writes.
 * ``blobs`` — each channel value once per (thread, namespace, channel, version).
 * ``writes`` — pending writes per checkpoint, task and index, with their ``task_path``.
+* ``heads`` — per (thread, namespace): the newest checkpoint id and how many there are.
+* ``checkpoint_integrity`` — ``legacy_rows``: how many rows were written before checksums.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 
-from statekeeper._storage.lineage import keep_latest_ids, unused_values, walk_chains
-from statekeeper._storage.payload import EMPTY
 from statekeeper.backends.sqlite._database import Migration
 from statekeeper.checkpointers.semantics import before_id, list_scope
 
 Row = tuple[Any, ...]
 Rows = list[Row]
-# A checkpoint row with its value rows and write rows, read in one transaction and
-# decoded after it (so deserialisation never holds the database lock).
-Raw = tuple[Row, Rows, Rows]
-Raws = list[Raw]
+
+
+class CheckpointRow(NamedTuple):
+    """A ``checkpoints`` row as :data:`SELECT_CHECKPOINTS` reads it. Types are what
+    SQLite returned: a damaged row can hold anything until its checksums are verified."""
+
+    thread_id: Any
+    checkpoint_ns: Any
+    checkpoint_id: Any
+    parent_id: Any
+    run_id: Any
+    type: Any
+    codec: Any
+    checkpoint: Any
+    metadata: Any
+    channel_versions: Any
+    values_count: Any
+    crc: Any
+    metadata_crc: Any
+    writes_count: Any
+    writes_sum: Any
+
+
+# A verified checkpoint row, its values ((channel, type, full payload) of each non-empty
+# one) and its write rows, read in one transaction and decoded after it (so
+# deserialisation never holds the database lock).
+Raw = tuple[CheckpointRow, list[tuple[str, str, bytes]], Rows]
 
 MIGRATIONS = (
     Migration(
@@ -90,21 +112,92 @@ MIGRATIONS = (
             "ALTER TABLE blobs ADD COLUMN crc INTEGER",
         ),
     ),
+    # Adding columns rewrites no row: rows written before hold NULL there (unverified
+    # until verify(repair=True) checksums them). The heads are built from the rows.
+    Migration(
+        4,
+        "a checksum on every row, each checkpoint's writes digest, heads per namespace",
+        (
+            "ALTER TABLE checkpoints ADD COLUMN values_count INTEGER",
+            "ALTER TABLE checkpoints ADD COLUMN crc INTEGER",
+            "ALTER TABLE checkpoints ADD COLUMN metadata_crc INTEGER",
+            "ALTER TABLE checkpoints ADD COLUMN writes_count INTEGER",
+            "ALTER TABLE checkpoints ADD COLUMN writes_sum INTEGER",
+            "ALTER TABLE blobs ADD COLUMN row_crc INTEGER",
+            "ALTER TABLE writes ADD COLUMN crc INTEGER",
+            """CREATE TABLE heads (
+                thread_id TEXT NOT NULL,
+                checkpoint_ns TEXT NOT NULL,
+                newest_id TEXT NOT NULL,
+                checkpoint_count INTEGER NOT NULL,
+                PRIMARY KEY (thread_id, checkpoint_ns))""",
+            "INSERT INTO heads SELECT thread_id, checkpoint_ns, MAX(checkpoint_id), COUNT(*)"
+            " FROM checkpoints GROUP BY thread_id, checkpoint_ns",
+            # How many rows were written without checksums: while any are left, a row
+            # without one is read unverified; in a database without any, it is damage.
+            "CREATE TABLE checkpoint_integrity (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+            "INSERT INTO checkpoint_integrity SELECT 'legacy_rows', (SELECT COUNT(*) FROM"
+            " checkpoints) + (SELECT COUNT(*) FROM blobs) + (SELECT COUNT(*) FROM writes)",
+        ),
+    ),
 )
+HEADS_VERSION = 4  # the first schema with checksums and heads
+LEGACY_ROWS = "SELECT value FROM checkpoint_integrity WHERE name = 'legacy_rows'"
 
-SELECT_CHECKPOINTS = (
-    "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, codec,"
-    " checkpoint, metadata, channel_versions FROM checkpoints"
+CHECKPOINT_COLUMNS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, codec,"
+    " checkpoint, metadata, channel_versions, values_count, crc, metadata_crc,"
+    " writes_count, writes_sum"
 )
-# Values of one checkpoint: its channel -> version map joined to the blobs table.
+SELECT_CHECKPOINTS = f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"  # noqa: S608
+# The newest checkpoint of a namespace, with the newest id its head record names.
+SELECT_NEWEST = (
+    f"SELECT {CHECKPOINT_COLUMNS}, (SELECT newest_id FROM heads"  # noqa: S608
+    " WHERE thread_id = ?1 AND checkpoint_ns = ?2) FROM checkpoints"
+    " WHERE thread_id = ?1 AND checkpoint_ns = ?2 ORDER BY checkpoint_id DESC LIMIT 1"
+)
+SELECT_ONE = SELECT_CHECKPOINTS + " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+# A new checkpoint: its writes digest is of the writes already stored for it (usually
+# none; a put_writes may come first).
+INSERT_CHECKPOINT = (
+    "INSERT OR IGNORE INTO checkpoints SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+    " ?12, ?13, COUNT(*), COALESCE(SUM(crc), 0) FROM writes"
+    " WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"
+)
+# A checkpoint put again under its id (LangGraph never does): its writes stay.
+UPDATE_CHECKPOINT = (
+    "UPDATE checkpoints SET parent_checkpoint_id = ?4, run_id = ?5, type = ?6, codec = ?7,"
+    " checkpoint = ?8, metadata = ?9, channel_versions = ?10, values_count = ?11, crc = ?12,"
+    " metadata_crc = ?13 WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"
+)
+# How many of the values a checkpoint names are stored (its values_count).
+COUNT_VALUES = (
+    "SELECT COUNT(*) FROM json_each(?1) AS v CROSS JOIN blobs AS b ON b.thread_id = ?2"
+    " AND b.checkpoint_ns = ?3 AND b.channel = v.key AND b.version = v.value"
+)
+SELECT_HEAD = (
+    "SELECT newest_id, checkpoint_count FROM heads WHERE thread_id = ? AND checkpoint_ns = ?"
+)
+UPSERT_HEAD = (
+    "INSERT INTO heads VALUES (?, ?, ?, 1) ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE"
+    " SET newest_id = MAX(newest_id, excluded.newest_id),"
+    " checkpoint_count = checkpoint_count + 1"
+)
+# Values of one checkpoint: its channel -> version map joined to the blobs table, with
+# the channel and version asked for (a damaged index could hand back another row).
+VALUE_COLUMNS = "channel, version, type, codec, blob, base_version, crc, row_crc"
 SELECT_VALUES = (
-    "SELECT b.channel, b.version, b.type, b.codec, b.blob, b.base_version, b.crc"
-    " FROM json_each(?) AS v CROSS JOIN blobs AS b ON b.thread_id = ?"
+    "SELECT b.channel, b.version, b.type, b.codec, b.blob, b.base_version, b.crc, b.row_crc,"
+    " v.key, v.value FROM json_each(?) AS v CROSS JOIN blobs AS b ON b.thread_id = ?"
     " AND b.checkpoint_ns = ? AND b.channel = v.key AND b.version = v.value"
 )
 SELECT_VALUE = (
-    "SELECT channel, version, type, codec, blob, base_version, crc FROM blobs"
+    f"SELECT {VALUE_COLUMNS} FROM blobs"  # noqa: S608
     " WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ? AND version = ?"
+)
+SELECT_CHANNELS = (  # every stored version of some channels (a JSON list) of a namespace
+    f"SELECT {VALUE_COLUMNS} FROM blobs"  # noqa: S608
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND channel IN (SELECT value FROM json_each(?))"
 )
 SELECT_CRC = (
     "SELECT crc FROM blobs"
@@ -112,24 +205,50 @@ SELECT_CRC = (
 )
 _VALUE_ROW = (
     " INTO blobs (thread_id, checkpoint_ns, channel, version, type, codec, blob,"
-    " base_version, crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " base_version, crc, row_crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 INSERT_VALUE = "INSERT OR IGNORE" + _VALUE_ROW  # a new version: the common case
 REPLACE_VALUE = "INSERT OR REPLACE" + _VALUE_ROW  # an overwrite of a stored version
+# Every column of a write row, in table order (the crc last).
+WRITE_COLUMNS = (
+    "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, type, codec,"
+    " value, crc"
+)
 SELECT_WRITES = (
-    "SELECT task_id, channel, type, codec, value, task_path, idx FROM writes"
+    f"SELECT {WRITE_COLUMNS} FROM writes"  # noqa: S608
     " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
 )
-INSERT_WRITE = "INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-
-
-# Columns copied by copy_thread after the (replaced) thread_id column, in table order.
-COPY_COLUMNS = {
-    "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, codec,"
-    " checkpoint, metadata, channel_versions",
-    "blobs": "checkpoint_ns, channel, version, type, codec, blob, base_version, crc",
-    "writes": "checkpoint_ns, checkpoint_id, task_id, idx, channel, task_path, type, codec, value",
-}
+SELECT_WRITE_CRC = (
+    "SELECT crc FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+    " AND task_id = ? AND idx = ?"
+)
+SELECT_WRITES_DIGEST = (
+    "SELECT writes_count, writes_sum FROM checkpoints"
+    " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
+)
+# Every row of one namespace (thread id, namespace), per table: for verify and copy.
+NAMESPACE_CHECKPOINTS = (
+    f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints"  # noqa: S608
+    " WHERE thread_id = ? AND checkpoint_ns = ?"
+)
+NAMESPACE_VALUES = f"SELECT {VALUE_COLUMNS} FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?"  # noqa: S608
+NAMESPACE_WRITES = f"SELECT {WRITE_COLUMNS} FROM writes WHERE thread_id = ? AND checkpoint_ns = ?"  # noqa: S608
+INSERT_CHECKPOINT_ROW = (
+    f"INSERT INTO checkpoints ({CHECKPOINT_COLUMNS})"  # noqa: S608
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_VALUE_ROW = (
+    "INSERT INTO blobs (thread_id, checkpoint_ns, channel, version, type, codec, blob,"
+    " base_version, crc, row_crc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_WRITE = "INTO writes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# Added to by each put_writes (never recounted, so a lost write row stays detectable);
+# a checkpoint written before digests existed keeps none.
+ADD_TO_WRITES_DIGEST = (
+    "UPDATE checkpoints SET writes_count = writes_count + ?4, writes_sum = writes_sum + ?5"
+    " WHERE thread_id = ?1 AND checkpoint_ns = ?2 AND checkpoint_id = ?3"
+    " AND writes_count IS NOT NULL"
+)
 
 
 def list_where(
@@ -175,102 +294,3 @@ def pushdown(key: str, value: Any) -> tuple[str, tuple[Any, ...]] | None:
     if isinstance(value, str):
         return exists.format("type = 'text' AND atom = ?"), (key, value)
     return None
-
-
-def delete_checkpoints(conn: sqlite3.Connection, keys: Sequence[Row]) -> None:
-    """Delete these (thread, namespace, checkpoint id)s with their writes, then the values
-    that no remaining checkpoint of their namespaces uses."""
-    conn.executemany(
-        "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-        keys,
-    )
-    conn.executemany(
-        "DELETE FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-        keys,
-    )
-    for thread_id, ns in {(key[0], key[1]) for key in keys}:
-        referenced = (
-            json.loads(versions)
-            for (versions,) in conn.execute(
-                "SELECT channel_versions FROM checkpoints"
-                " WHERE thread_id = ? AND checkpoint_ns = ?",
-                (thread_id, ns),
-            )
-        )
-        stored = conn.execute(
-            "SELECT channel, version, base_version FROM blobs"
-            " WHERE thread_id = ? AND checkpoint_ns = ?",
-            (thread_id, ns),
-        ).fetchall()
-        conn.executemany(
-            "DELETE FROM blobs WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"
-            " AND version = ?",
-            [
-                (thread_id, ns, ch, v)
-                for ch, v in unused_values(
-                    [(ch, v) for ch, v, _ in stored],
-                    referenced,
-                    bases={(ch, v): base for ch, v, base in stored if base is not None},
-                )
-            ],
-        )
-
-
-def keep_latest(conn: sqlite3.Connection, thread_id: str, ns: str) -> None:
-    newest = conn.execute(
-        "SELECT checkpoint_id, metadata FROM checkpoints WHERE thread_id = ? AND"
-        " checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1",
-        (thread_id, ns),
-    ).fetchone()
-    if newest is None:
-        return
-    keep = keep_latest_ids(
-        newest[0],
-        json.loads(newest[1]),
-        lambda channels: walk_ancestors(conn, thread_id, ns, newest[0], channels)[0],
-    )
-    doomed = [
-        (thread_id, ns, checkpoint_id)
-        for (checkpoint_id,) in conn.execute(
-            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND checkpoint_ns = ?",
-            (thread_id, ns),
-        ).fetchall()
-        if checkpoint_id not in keep
-    ]
-    delete_checkpoints(conn, doomed)
-
-
-def walk_ancestors(
-    conn: sqlite3.Connection, thread_id: str, ns: str, checkpoint_id: str, channels: Sequence[str]
-) -> tuple[dict[str, list[str]], dict[str, str]]:
-    """Follow parent links from ``checkpoint_id`` (exclusive), nearest first. Per channel,
-    return the ancestors visited until one holds a value for it (inclusive), and that
-    value's version, the seed. One recursive query, read lazily."""
-    holding = {
-        (channel, version)
-        for channel, version in conn.execute(
-            "SELECT channel, version FROM blobs WHERE thread_id = ? AND checkpoint_ns = ?"
-            " AND type != ? AND channel IN (SELECT value FROM json_each(?))",
-            (thread_id, ns, EMPTY[0], json.dumps(list(channels))),
-        )
-    }
-    cursor = conn.execute(
-        "WITH RECURSIVE chain(checkpoint_id, parent_checkpoint_id, channel_versions) AS ("
-        " SELECT checkpoint_id, parent_checkpoint_id, channel_versions FROM checkpoints"
-        "  WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
-        " UNION ALL"
-        " SELECT c.checkpoint_id, c.parent_checkpoint_id, c.channel_versions"
-        "  FROM chain CROSS JOIN checkpoints AS c ON c.thread_id = ? AND c.checkpoint_ns = ?"
-        "  AND c.checkpoint_id = chain.parent_checkpoint_id)"
-        " SELECT checkpoint_id, channel_versions FROM chain",
-        (thread_id, ns, checkpoint_id, thread_id, ns),
-    )
-    next(cursor, None)  # the target itself: its writes are not history yet
-    chains, seed_versions = walk_chains(
-        checkpoint_id,
-        ((ancestor, json.loads(versions)) for ancestor, versions in cursor),
-        channels,
-        lambda ch, version: (ch, version) in holding,
-    )
-    cursor.close()
-    return chains, seed_versions

@@ -5,6 +5,13 @@ writes only the channels in ``new_versions`` and reads unchanged channels from t
 written earlier, so a long conversation is not rewritten at every step. The schema and
 its queries live in :mod:`statekeeper.backends.sqlite._queries`.
 
+Integrity: every row a read turns into state carries a checksum, and what rows cannot
+say about themselves (a lost value, write or checkpoint row) is kept by the rows that
+list them (:mod:`._integrity`); every read verifies what it uses (:mod:`._reads`). Damage
+raises :class:`~statekeeper.errors.CorruptCheckpointError`, or with
+``on_corrupt="fallback"`` is skipped with a warning; :meth:`SqliteCheckpointer.verify`
+checks everything (:mod:`._maintenance`).
+
 Concurrency: one connection per process behind a lock (LangGraph calls ``put`` from
 background threads), WAL so readers never block writers, ``BEGIN IMMEDIATE`` so writers in
 several processes queue for the lock instead of failing. The async API runs the same code
@@ -15,75 +22,118 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    Checkpoint,
-    CheckpointTuple,
-    DeltaChannelHistory,
-    PendingWrite,
-    writes_sort_key,
-)
+from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims, ProcessClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
-from statekeeper._storage.lineage import assemble_history
-from statekeeper._storage.payload import EMPTY, decode, loads, safe_serde
+from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.sqlite import database_path
 from statekeeper.backends.sqlite._database import MEMORY, Database
+from statekeeper.backends.sqlite._integrity import (
+    Where,
+    check_writes,
+    checkpoint_crc,
+    metadata_crc,
+    with_location,
+    write_crc,
+)
+from statekeeper.backends.sqlite._maintenance import Maintenance
 from statekeeper.backends.sqlite._queries import (
-    COPY_COLUMNS,
+    ADD_TO_WRITES_DIGEST,
+    COUNT_VALUES,
+    HEADS_VERSION,
+    INSERT_CHECKPOINT,
     INSERT_WRITE,
+    LEGACY_ROWS,
     MIGRATIONS,
     SELECT_CHECKPOINTS,
-    SELECT_VALUE,
-    SELECT_VALUES,
+    SELECT_WRITE_CRC,
     SELECT_WRITES,
+    SELECT_WRITES_DIGEST,
+    UPDATE_CHECKPOINT,
+    UPSERT_HEAD,
+    CheckpointRow,
     Raw,
-    Raws,
-    Row,
-    Rows,
-    delete_checkpoints,
-    keep_latest,
     list_where,
-    walk_ancestors,
 )
-from statekeeper.backends.sqlite._values import read_value, write_value
+from statekeeper.backends.sqlite._reads import (
+    Cursor,
+    Page,
+    Rules,
+    decode_raw,
+    decode_writes,
+    delta_history,
+    newest,
+    one,
+    read_page,
+    read_rest,
+    scope_damage,
+)
+from statekeeper.backends.sqlite._values import write_value
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
-from statekeeper.checkpointers.semantics import checkpoint_config, location, matches
-from statekeeper.errors import ConfigurationError, ThreadExistsError
+from statekeeper.checkpointers.semantics import (
+    ON_CORRUPT,
+    before_id,
+    check_choice,
+    list_scope,
+    location,
+)
+from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage
 from statekeeper.urls import StorageURL, parse_options
 
 __all__ = ["SqliteCheckpointer"]
 
 TaskWrites = list[TaskWrite]
+Damages = list[Damage]  # named here: the class has a method called list
+
+logger = logging.getLogger(__name__)
 
 _LIST_PAGE = 100
-_OPTIONS: dict[str, type] = {"busy_timeout": float, "compress": bool, "serde": object}
+_OPTIONS: dict[str, type] = {
+    "busy_timeout": float,
+    "compress": bool,
+    "serde": object,
+    "mode": str,
+    "on_corrupt": str,
+}
 
 
 class SqliteCheckpointer(Checkpointer):
     """A LangGraph checkpointer in one SQLite file (or in memory with ``":memory:"``).
 
     Args:
-        path: the database file; created with its parent directories if missing.
+        path: the database file; created with its parent directories if missing
+            (read-write mode).
         serde: the serializer for every payload. The default (:func:`safe_serde`) is
             LangGraph's, allowed to rebuild data classes (pydantic models, dataclasses,
             enums, named tuples) from modules already imported and nothing else.
         busy_timeout: seconds a writer waits for another process's write lock.
         compress: zlib-compress payloads of 1 KiB or more when that saves space (lists
             that grow by appending are stored as append deltas instead).
+        mode: ``"rw"`` (default) or ``"ro"``: read-only, which never creates or changes
+            anything (a missing file raises :class:`~statekeeper.errors.StorageNotFoundError`)
+            and refuses every write and claim with :class:`~statekeeper.errors.ReadOnlyError`.
+            A file (or directory) that is not writable is opened read-only too.
+        on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
+            record a read needs is damaged; ``"fallback"`` logs a warning naming it on the
+            ``statekeeper.backends.sqlite.checkpointer`` logger and skips it:
+            ``get_tuple`` returns the newest intact checkpoint, ``list`` the intact ones.
+            A checkpoint asked for by id is never substituted: it loads or raises.
 
     Guarantees: each ``put`` and ``put_writes`` is checked in full before anything is
     written (:class:`Checkpointer`), then stored in one transaction; a failed call stores
-    nothing; payloads are never pickled; every SQL statement is parameterised; ids of any unicode
-    text are stored exactly. Errors are :class:`~statekeeper.errors.StatekeeperError`\\ s.
+    nothing; payloads are never pickled; every SQL statement is parameterised; ids of any
+    unicode text are stored exactly. A read returns exactly what was stored or raises
+    (:mod:`._integrity` says what is checked). Errors are
+    :class:`~statekeeper.errors.StatekeeperError`\\ s.
     """
 
     def __init__(
@@ -93,33 +143,53 @@ class SqliteCheckpointer(Checkpointer):
         serde: SerializerProtocol | None = None,
         busy_timeout: float = 30.0,
         compress: bool = True,
+        mode: str = "rw",
+        on_corrupt: str = "raise",
     ) -> None:
         super().__init__(serde=serde or safe_serde())
+        self.on_corrupt = check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
         self.compress = compress
         # The last list payload written per (thread, ns, channel): the base of the next
         # append delta, and the bytes of the newest version without reading them back.
         self._recent = RecentPayloads()
         self._values = ValuePlanner(self._recent, compress)
         self._db = Database(
-            path, component="checkpoints", migrations=MIGRATIONS, busy_timeout=busy_timeout
+            path,
+            component="checkpoints",
+            migrations=MIGRATIONS,
+            busy_timeout=busy_timeout,
+            mode=mode,
+            lenient_text=True,
         )
+        self.read_only = self._db.read_only
         # claims live beside the database file: SQLite's storage is this machine's
         self._claims = (
             ProcessClaims()
             if path == MEMORY
             else LockFileClaims(Path(f"{self._db.path}-claims").absolute())
         )
+        self._rules = self._load_rules()
 
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Open the database a ``sqlite://`` or ``memory://`` URL names, with its query
-        options (text) and keyword ``options``; keywords win."""
+        options (text: ``?mode=ro``, ``?on_corrupt=fallback``...) and keyword ``options``;
+        keywords win."""
         return cls(database_path(url), **parse_options("SQLite", _OPTIONS, url.options, options))
 
     @property
     def path(self) -> str:
         """The database file (``":memory:"`` for an in-memory database)."""
         return self._db.path
+
+    def _load_rules(self) -> Rules:
+        heads = self._db.schema_version >= HEADS_VERSION
+        legacy = True
+        if heads:
+            with self._db.transaction(write=False) as conn:
+                legacy_rows = conn.execute(LEGACY_ROWS).fetchone()
+            legacy = legacy_rows is None or legacy_rows[0] != 0
+        return Rules(self.path, self._recent, legacy, heads)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -134,25 +204,34 @@ class SqliteCheckpointer(Checkpointer):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names, or the thread's newest in its namespace when it
-        names none; ``None`` when there is no such checkpoint."""
+        names none; ``None`` when there is no such checkpoint.
+
+        Raises:
+            CorruptCheckpointError: something it needs is damaged or missing (with
+                ``on_corrupt="fallback"``, the newest is replaced by the newest intact
+                checkpoint instead; one asked for by id never is).
+        """
         thread_id, ns, checkpoint_id = location(config)
-        with self._db.transaction(write=False) as conn:
-            if checkpoint_id is None:
-                row = conn.execute(
-                    SELECT_CHECKPOINTS + " WHERE thread_id = ? AND checkpoint_ns = ?"
-                    " ORDER BY checkpoint_id DESC LIMIT 1",
-                    (thread_id, ns),
-                ).fetchone()
-            else:
-                row = conn.execute(
-                    SELECT_CHECKPOINTS
-                    + " WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
-                    (thread_id, ns, checkpoint_id),
-                ).fetchone()
-            if row is None:
-                return None
-            raw = self._read_rest(conn, row)
-        return self._decode(raw)
+        where = Where(self.path, thread_id, ns, checkpoint_id)
+        try:
+            with self._db.transaction(write=False) as conn:
+                if checkpoint_id is None:
+                    row = newest(conn, (thread_id, ns), self._rules, where)
+                else:
+                    row = one(conn, (thread_id, ns, checkpoint_id), self._rules, where)
+                if row is None:
+                    return None
+                raw = read_rest(conn, row, self._rules)
+            return decode_raw(self.serde, raw, self.path)
+        except CorruptCheckpointError as exc:
+            located = with_location(exc, where)
+            if checkpoint_id is not None or self.on_corrupt != "fallback":
+                if located is exc:
+                    raise
+                raise located from exc
+            self._skip(located)
+            scope: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+            return next(self._tuples(scope, quiet=located.checkpoint_id), None)
 
     def list(
         self,
@@ -165,32 +244,86 @@ class SqliteCheckpointer(Checkpointer):
         """Checkpoints newest first (by checkpoint id, across threads when ``config`` is
         ``None``), whose metadata equals ``filter`` on every key, strictly older than
         ``before``; at most ``limit`` of them. Rows are read in pages, so a long history
-        streams without holding the database lock between items."""
+        streams without holding the database lock between items.
+
+        A listing of whole threads (no ``filter``, ``before``, checkpoint id or
+        ``limit`` cutting it short) ends by checking the head records, so a lost
+        checkpoint row raises :class:`CorruptCheckpointError` after the last item.
+        Damage raises when it is met (``on_corrupt="fallback"``: skipped, with a
+        warning). A narrowed listing selects rows by their stored keys and metadata in
+        SQL, so a row whose key or metadata was damaged may be left out of it; whole
+        listings, ``get_tuple`` and :meth:`verify` find it.
+        """
         if limit is not None and limit <= 0:
             return
+        whole = not filter and before is None and (list_scope(config)[2] is None)
+        yield from self._tuples(config, filter=filter, before=before, limit=limit, whole=whole)
+
+    def _tuples(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+        whole: bool = False,
+        quiet: str | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """``list``; ``quiet``: a checkpoint id whose damage was reported already."""
         where, params = list_where(config, filter, before)
+        scope = (*list_scope(config), before_id(before))
         remaining = limit
-        after: tuple[str, str, str] | None = None
+        after: Cursor | None = None
         while True:
             want = _LIST_PAGE if filter or remaining is None else min(remaining, _LIST_PAGE)
-            raws, after, exhausted = self._list_page(where, params, filter, after, want)
-            for raw in raws:
-                yield self._decode(raw)
+            page, after, exhausted = self._list_page(where, params, filter, after, want, scope)
+            for item in page:
+                found = self._decoded(item, quiet)
+                if found is None:
+                    continue
+                yield found
                 if remaining is not None:
                     remaining -= 1
                     if remaining == 0:
                         return
             if exhausted:
-                return
+                break
+        if whole:
+            with self._db.transaction(write=False) as conn:
+                damage = scope_damage(conn, (scope[0], scope[1]), self._rules)
+            for error in damage:
+                self._damaged(error)
+
+    def _decoded(
+        self, item: Raw | CorruptCheckpointError, quiet: str | None
+    ) -> CheckpointTuple | None:
+        """A listed item decoded, or ``None`` for damage skipped (``on_corrupt``)."""
+        try:
+            if isinstance(item, CorruptCheckpointError):
+                raise item
+            return decode_raw(self.serde, item, self.path)
+        except CorruptCheckpointError as exc:
+            if exc.checkpoint_id is None or exc.checkpoint_id != quiet:
+                self._damaged(exc)
+            return None
+
+    def _damaged(self, error: CorruptCheckpointError) -> None:
+        if self.on_corrupt != "fallback":
+            raise error
+        self._skip(error)
+
+    def _skip(self, error: CorruptCheckpointError) -> None:
+        logger.warning("skipped damaged data (on_corrupt=fallback): %s", error)
 
     def _list_page(
         self,
         where: Sequence[str],
         params: Sequence[Any],
         filter: dict[str, Any] | None,
-        after: tuple[str, str, str] | None,
+        after: Cursor | None,
         size: int,
-    ) -> tuple[Raws, tuple[str, str, str] | None, bool]:
+        scope: tuple[str | None, ...],
+    ) -> tuple[Page, Cursor | None, bool]:
         clauses, args = [*where], [*params]
         if after is not None:
             clauses.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
@@ -200,63 +333,24 @@ class SqliteCheckpointer(Checkpointer):
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
         with self._db.transaction(write=False) as conn:
-            rows = conn.execute(sql, (*args, size)).fetchall()
-            memo: dict[tuple[str, ...], bytes] = {}  # checkpoints of a page share values
-            raws = [
-                self._read_rest(conn, row, memo)
-                for row in rows
-                if not filter or matches(json.loads(row[7]), filter)
-            ]
-        last = (rows[-1][2], rows[-1][0], rows[-1][1]) if rows else None
-        return raws, last, len(rows) < size
-
-    def _read_rest(
-        self, conn: sqlite3.Connection, row: Row, memo: dict[tuple[str, ...], bytes] | None = None
-    ) -> Raw:
-        thread_id, ns, checkpoint_id = row[0], row[1], row[2]
-        values = [
-            (
-                value[0],
-                value[2],
-                read_value(conn, thread_id, ns, value, {} if memo is None else memo, self._recent),
-            )
-            for value in conn.execute(SELECT_VALUES, (row[8], thread_id, ns))
-            if value[2] != EMPTY[0]
-        ]
-        writes = conn.execute(SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
-        return row, values, writes
-
-    def _decode(self, raw: Raw) -> CheckpointTuple:
-        row, value_rows, write_rows = raw
-        thread_id, ns, checkpoint_id, parent_id, type_, codec, blob, metadata, _ = row
-        checkpoint: Checkpoint = decode(self.serde, type_, codec, blob)
-        checkpoint["channel_values"] = {
-            channel: loads(self.serde, kind, data) for channel, kind, data in value_rows
-        }
-        return CheckpointTuple(
-            config=checkpoint_config(thread_id, ns, checkpoint_id),
-            checkpoint=checkpoint,
-            metadata=json.loads(metadata),
-            parent_config=checkpoint_config(thread_id, ns, parent_id) if parent_id else None,
-            pending_writes=[
-                (w.task_id, w.channel, w.value) for w in self._decode_writes(write_rows)
-            ],
-        )
-
-    def _decode_writes(self, rows: Rows) -> TaskWrites:
-        rows.sort(key=lambda w: writes_sort_key(w[5], w[0], w[6]))
-        return [
-            TaskWrite(task_id, path, channel, decode(self.serde, t, c, v))
-            for task_id, channel, t, c, v, path, _ in rows
-        ]
+            rows = [CheckpointRow._make(found) for found in conn.execute(sql, (*args, size))]
+            page, last = read_page(conn, rows, self._rules, filter, (*scope, after))
+        return page, last, len(rows) < size or last is None
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         thread_id, ns, checkpoint_id = location(config)
         if checkpoint_id is None:
             raise ConfigurationError("get_writes needs a checkpoint_id in the config")
-        with self._db.transaction(write=False) as conn:
-            rows = conn.execute(SELECT_WRITES, (thread_id, ns, checkpoint_id)).fetchall()
-        return self._decode_writes(rows)
+        key = (thread_id, ns, checkpoint_id)
+        where = Where(self.path, *key)
+        try:
+            with self._db.transaction(write=False) as conn:
+                rows = conn.execute(SELECT_WRITES, key).fetchall()
+                digest = conn.execute(SELECT_WRITES_DIGEST, key).fetchone()
+                check_writes(key, rows, digest, where, legacy=self._rules.legacy)
+        except CorruptCheckpointError as exc:
+            raise with_location(exc, where) from exc
+        return decode_writes(self.serde, rows)
 
     def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
         return self._claims.claim(thread_id)  # a lock file beside the database
@@ -267,91 +361,101 @@ class SqliteCheckpointer(Checkpointer):
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
     def _commit_put(self, prepared: PreparedPut) -> None:
-        """Store a prepared checkpoint and its new values in one transaction. The values
-        are serialised (and append deltas planned) before it begins."""
+        """Store a prepared checkpoint and its new values in one transaction, with its
+        checksums, and count it in its namespace's head. The values are serialised (and
+        append deltas planned) before it begins."""
         thread_id, ns = prepared.thread_id, prepared.checkpoint_ns
         plan_new, serde, values = self._values.plan_new, self.serde, prepared.values
         plans = [
             plan_new(serde, (thread_id, ns, channel), channel, key, values)
             for channel, _, key in prepared.new_versions
         ]
-        checkpoint_row = (
-            thread_id,
-            ns,
-            prepared.checkpoint_id,
-            prepared.parent_id,
-            prepared.run_id,
-            *prepared.checkpoint,
-            prepared.metadata_json,
-            json.dumps(prepared.version_keys),
-        )
+        key = (thread_id, ns, prepared.checkpoint_id)
+        versions = json.dumps(prepared.version_keys)
         with self._db.transaction(write=True) as conn:
             chosen = [write_value(conn, thread_id, ns, plan, self._recent) for plan in plans]
-            conn.execute(
-                "INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                checkpoint_row,
+            (present,) = conn.execute(COUNT_VALUES, (versions, thread_id, ns)).fetchone()
+            row = (
+                *key,
+                prepared.parent_id,
+                prepared.run_id,
+                *prepared.checkpoint,
+                prepared.metadata_json,
+                versions,
+                present,
+                checkpoint_crc(
+                    key, prepared.parent_id, prepared.run_id, prepared.checkpoint, versions, present
+                ),
+                metadata_crc(key, prepared.metadata_json),
             )
+            if conn.execute(INSERT_CHECKPOINT, row).rowcount:
+                conn.execute(UPSERT_HEAD, key)
+            else:
+                conn.execute(UPDATE_CHECKPOINT, row)
         for plan, used_fallback in zip(plans, chosen, strict=True):
             remember = plan.remember_fallback if used_fallback else plan.remember
             if remember is not None:
                 self._recent.put((thread_id, ns, plan.stored.channel), remember)
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
-        """Store prepared writes in one transaction: ``INSERT OR IGNORE`` keeps a regular
-        write already stored, ``INSERT OR REPLACE`` replaces a special one."""
-        head = (prepared.thread_id, prepared.checkpoint_ns, prepared.checkpoint_id)
+        """Store prepared writes in one transaction: a regular write already stored is
+        kept, a special one replaced; the checkpoint's digest of its writes is added to
+        by what changed (never recounted, so a lost write stays detectable)."""
+        key = (prepared.thread_id, prepared.checkpoint_ns, prepared.checkpoint_id)
         task_id, task_path = prepared.task_id, prepared.task_path
-        keep: list[tuple[Any, ...]] = []
-        replace: list[tuple[Any, ...]] = []
-        for w in prepared.writes:
-            row = (*head, task_id, w.idx, w.channel, task_path, w.type, w.codec, w.data)
-            (replace if w.replaces else keep).append(row)
+        added, added_sum = 0, 0
         with self._db.transaction(write=True) as conn:
-            conn.executemany(f"INSERT OR IGNORE {INSERT_WRITE}", keep)
-            conn.executemany(f"INSERT OR REPLACE {INSERT_WRITE}", replace)
+            for w in prepared.writes:
+                row = (*key, task_id, w.idx, w.channel, task_path, w.type, w.codec, w.data)
+                crc = write_crc(row)
+                if w.replaces:
+                    old = conn.execute(SELECT_WRITE_CRC, (*key, task_id, w.idx)).fetchone()
+                    if old is not None:
+                        added, added_sum = added - 1, added_sum - (old[0] or 0)
+                    conn.execute(f"INSERT OR REPLACE {INSERT_WRITE}", (*row, crc))
+                elif not conn.execute(f"INSERT OR IGNORE {INSERT_WRITE}", (*row, crc)).rowcount:
+                    continue
+                added, added_sum = added + 1, added_sum + crc
+            if added or added_sum:
+                conn.execute(ADD_TO_WRITES_DIGEST, (*key, added, added_sum))
+
+    def _maintenance(self) -> Maintenance:
+        return Maintenance(self._db, self._rules, self.serde)
 
     def _delete_threads(self, thread_ids: Sequence[str]) -> None:
-        """One transaction per thread, so a long list never holds the write lock long."""
-        for thread_id in thread_ids:
-            with self._db.transaction(write=True) as conn:
-                for table in ("checkpoints", "blobs", "writes"):
-                    conn.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))  # noqa: S608
+        self._maintenance().delete_threads(thread_ids)
 
     def _delete_runs(self, run_ids: Sequence[str]) -> None:
-        with self._db.transaction(write=True) as conn:
-            doomed = conn.execute(
-                "SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints"
-                " WHERE run_id IN (SELECT value FROM json_each(?))",
-                (json.dumps(list(run_ids)),),
-            ).fetchall()
-            delete_checkpoints(conn, doomed)
+        self._maintenance().delete_runs(run_ids)
 
     def _copy_thread(self, source: str, target: str) -> None:
-        """Copy the whole parent chain (all namespaces), values and writes in one
-        transaction; ThreadExistsError (nothing changed) if the target has checkpoints."""
-        with self._db.transaction(write=True) as conn:
-            if conn.execute(
-                "SELECT 1 FROM checkpoints WHERE thread_id = ? LIMIT 1", (target,)
-            ).fetchone():
-                raise ThreadExistsError(
-                    f"cannot copy thread {source!r} into {target!r}: {target!r} already has "
-                    "checkpoints; delete it first or choose a new thread id"
-                )
-            for table, columns in COPY_COLUMNS.items():
-                conn.execute(
-                    f"INSERT INTO {table} SELECT ?, {columns} FROM {table} WHERE thread_id = ?",  # noqa: S608
-                    (target, source),
-                )
+        self._maintenance().copy_thread(source, target)
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
-        with self._db.transaction(write=True) as conn:
-            for thread_id in ids:
-                namespaces = conn.execute(
-                    "SELECT DISTINCT checkpoint_ns FROM checkpoints WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchall()
-                for (ns,) in namespaces:
-                    keep_latest(conn, thread_id, ns)
+        self._maintenance().keep_latest(ids)
+
+    # -- integrity -----------------------------------------------------------------------
+
+    def verify(self, *, repair: bool = False) -> Damages:
+        """Check every record of every thread — checkpoints, metadata, values and deltas
+        (rebuilt and checked), pending writes and their digests, head records — and SQLite's
+        own structures (``PRAGMA integrity_check``); return what is damaged (``[]``: all
+        intact). Rows written before checksums existed are reported as unverified.
+
+        ``repair=True`` (read-write only) checksums such rows (when they decode), and
+        rebuilds head records and writes digests from the rows stored; it deletes and
+        rewrites nothing else, and returns what it found (damage it could not repair
+        stays, and reads keep raising on it).
+
+        Raises:
+            ReadOnlyError: ``repair`` on a read-only database.
+        """
+        if repair:
+            self._writable("verify(repair=True)")
+        found = self._maintenance().verify(repair=repair)
+        if repair:
+            self._rules = self._load_rules()
+        return found
 
     # -- DeltaChannel support ------------------------------------------------------------
 
@@ -360,52 +464,19 @@ class SqliteCheckpointer(Checkpointer):
     ) -> Mapping[str, DeltaChannelHistory]:
         """Per channel: the writes on the target's ancestor path (oldest first, each
         checkpoint's in ``writes_sort_key`` order) back to the nearest ancestor holding a
-        value, which is the ``seed``. Three queries, whatever the chain length."""
+        value, which is the ``seed``. Every row read is verified."""
         if not channels:
             return {}
         thread_id, ns, checkpoint_id = location(config)
-        with self._db.transaction(write=False) as conn:
-            if checkpoint_id is None:
-                newest = conn.execute(
-                    "SELECT checkpoint_id FROM checkpoints WHERE thread_id = ? AND"
-                    " checkpoint_ns = ? ORDER BY checkpoint_id DESC LIMIT 1",
-                    (thread_id, ns),
-                ).fetchone()
-                checkpoint_id = newest[0] if newest else None
-            chains: dict[str, list[str]] = {ch: [] for ch in channels}
-            seeds: dict[str, tuple[str, bytes]] = {}
-            if checkpoint_id is not None:
-                chains, seed_versions = walk_ancestors(conn, thread_id, ns, checkpoint_id, channels)
-                for ch, version in seed_versions.items():
-                    row = conn.execute(SELECT_VALUE, (thread_id, ns, ch, version)).fetchone()
-                    seeds[ch] = (row[2], read_value(conn, thread_id, ns, row, {}, self._recent))
-            write_rows = {
-                ch: conn.execute(
-                    "SELECT checkpoint_id, task_id, type, codec, value, task_path, idx"
-                    " FROM writes WHERE thread_id = ? AND checkpoint_ns = ? AND channel = ?"
-                    " AND checkpoint_id IN (SELECT value FROM json_each(?))",
-                    (thread_id, ns, ch, json.dumps(chain)),
-                ).fetchall()
-                for ch, chain in chains.items()
-                if chain
-            }
-        by_checkpoint: dict[tuple[str, str], list[Row]] = {}
-        for ch, rows in write_rows.items():
-            for row in rows:
-                by_checkpoint.setdefault((row[0], ch), []).append(row)
-
-        def writes_of(checkpoint_id: str, ch: str) -> list[PendingWrite]:
-            ordered = sorted(
-                by_checkpoint.get((checkpoint_id, ch), []),
-                key=lambda w: writes_sort_key(w[5], w[1], w[6]),
-            )
-            return [
-                (task_id, ch, decode(self.serde, t, c, v)) for _, task_id, t, c, v, _, _ in ordered
-            ]
-
-        return assemble_history(
-            channels,
-            chains,
-            {ch: loads(self.serde, *seed) for ch, seed in seeds.items()},
-            writes_of,
-        )
+        where = Where(self.path, thread_id, ns, checkpoint_id)
+        try:
+            with self._db.transaction(write=False) as conn:
+                if checkpoint_id is None:
+                    row = newest(conn, (thread_id, ns), self._rules, where)
+                    checkpoint_id = row.checkpoint_id if row is not None else None
+                if checkpoint_id is None:
+                    return {ch: {"writes": []} for ch in channels}
+                key = (thread_id, ns, checkpoint_id)
+                return delta_history(conn, self.serde, key, channels, self._rules)
+        except CorruptCheckpointError as exc:
+            raise with_location(exc, where) from exc

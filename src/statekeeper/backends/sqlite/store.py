@@ -6,10 +6,18 @@ each records its own schema migrations there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
-from langgraph.store.base import GetOp, IndexConfig, ListNamespacesOp, Result, SearchOp, TTLConfig
+from langgraph.store.base import (
+    GetOp,
+    IndexConfig,
+    ListNamespacesOp,
+    Op,
+    Result,
+    SearchOp,
+    TTLConfig,
+)
 
 from statekeeper.backends.sqlite import database_path
 from statekeeper.backends.sqlite._database import MEMORY, Database
@@ -17,11 +25,12 @@ from statekeeper.backends.sqlite._store_ops import (
     get,
     list_namespaces,
     refresh_ttl,
+    search,
     sweep,
     write,
 )
 from statekeeper.backends.sqlite._store_schema import MIGRATIONS
-from statekeeper.backends.sqlite._store_search import search
+from statekeeper.errors import ReadOnlyError
 from statekeeper.memory.store.base import MemoryStore, Plan, Write
 from statekeeper.urls import StorageURL, parse_options
 
@@ -29,6 +38,7 @@ __all__ = ["SqliteStore"]
 
 _OPTIONS: dict[str, type] = {
     "busy_timeout": float,
+    "mode": str,
     "semantic_weight": float,
     "ttl": object,
     "index": object,
@@ -50,6 +60,12 @@ class SqliteStore(MemoryStore):
             deleted by the next write or :meth:`sweep_ttl`.
         busy_timeout: seconds a writer waits for another process's write lock.
         semantic_weight: with ``embed``, the share of the score that is semantic.
+        mode: ``"rw"`` (default) or ``"ro"``: read-only, which never creates or changes
+            anything (a missing file raises
+            :class:`~statekeeper.errors.StorageNotFoundError`): every batch with a put or
+            delete, and :meth:`sweep_ttl`, raise :class:`~statekeeper.errors.ReadOnlyError`
+            before anything is done, and reads do not restart TTL clocks. A file (or
+            directory) that is not writable is opened read-only too (``read_only``).
 
     Guarantees (besides :class:`MemoryStore`'s): a batch runs in one transaction (a
     failed batch writes nothing); every SQL statement is parameterised; several processes
@@ -64,11 +80,13 @@ class SqliteStore(MemoryStore):
         ttl: TTLConfig | None = None,
         busy_timeout: float = 30.0,
         semantic_weight: float = 0.5,
+        mode: str = "rw",
     ) -> None:
         super().__init__(index=index, ttl=ttl, semantic_weight=semantic_weight)
         self._db = Database(
-            path, component="memory", migrations=MIGRATIONS, busy_timeout=busy_timeout
+            path, component="memory", migrations=MIGRATIONS, busy_timeout=busy_timeout, mode=mode
         )
+        self.read_only = self._db.read_only
 
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
@@ -89,7 +107,22 @@ class SqliteStore(MemoryStore):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
 
+    def _writable(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(
+                f"cannot {operation}: {self!r} is open read-only (mode=ro, or the file is "
+                "not writable); open it read-write on writable storage to change it"
+            )
+
+    def _plan(self, ops: Iterable[Op]) -> Plan:
+        # refused before any embedding is computed, and before any lock is taken
+        plan = super()._plan(ops)
+        if plan.writes:
+            self._writable("put or delete items")
+        return plan
+
     def _sweep(self, now: float) -> int:
+        self._writable("sweep expired items")
         with self._db.transaction(write=True) as conn:
             return sweep(conn, now)
 
@@ -119,7 +152,7 @@ class SqliteStore(MemoryStore):
                     results.append(list_namespaces(conn, step, now))
             if writes and refresh:
                 refresh_ttl(conn, refresh, now)
-        if refresh and not writes:
+        if refresh and not writes and not self.read_only:
             # Reads take no write lock unless an item they returned has a TTL to restart.
             with self._db.transaction(write=True) as conn:
                 refresh_ttl(conn, refresh, now)
