@@ -45,6 +45,7 @@ __all__ = [
     "Status",
     "ThreadPage",
     "ThreadSummary",
+    "claim_holder",
     "diff_values",
     "interrupts",
     "list_threads",
@@ -172,10 +173,10 @@ def thread_summary(saver: BaseCheckpointSaver[Any], thread_id: str) -> ThreadSum
     tup = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}})
     if tup is None:
         return None
-    return summarize(tup, holder=_claim_holder(saver, thread_id))
+    return summarize(tup, holder=claim_holder(saver, thread_id))
 
 
-def _claim_holder(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[str, Any] | None:
+def claim_holder(saver: BaseCheckpointSaver[Any], thread_id: str) -> dict[str, Any] | None:
     """Who holds ``thread_id``'s claim on ``saver`` (``None``: nobody, or a saver
     without claims); never takes the claim."""
     peek = getattr(saver, "claim_holder", None)

@@ -88,6 +88,16 @@ def test_the_same_page_answers_json_when_asked(client: Any) -> None:
     assert response.json() == _api(client, "/threads")
 
 
+def test_a_thread_a_live_run_holds_is_listed_as_running(dataset: Dataset, client: Any) -> None:
+    def statuses() -> dict[str, str]:
+        return {row["thread_id"]: row["status"] for row in _api(client, "/threads")["threads"]}
+
+    with dataset.saver.claim_thread("done"):
+        assert statuses()["done"] == "running"
+        assert _api(client, "/thread", thread="done")["summary"]["status"] == "running"
+    assert statuses()["done"] == "done"
+
+
 def test_threads_pages_with_a_cursor_until_the_last(client: Any) -> None:
     seen, cursor = [], None
     while True:

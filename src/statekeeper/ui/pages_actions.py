@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.responses import RedirectResponse, Response
 
 from statekeeper.errors import ConfigurationError, StatekeeperError
-from statekeeper.threads import list_threads, summarize
+from statekeeper.threads import claim_holder, list_threads, summarize
 from statekeeper.ui.pages_threads import interrupt_values
 from statekeeper.ui.render import Page, json_response, url, wants_json
 from statekeeper.ui.values import plain, split_channels
@@ -49,7 +49,7 @@ def interrupts(inspector: Inspector, request: Request, form: Form) -> Page:
             continue
         if tup is None:
             continue
-        summary = summarize(tup)
+        summary = summarize(tup, holder=claim_holder(inspector.saver, thread_id))
         if summary.status not in _RESUMABLE:
             continue
         row = {**plain(summary), "interrupts": interrupt_values(tup)}

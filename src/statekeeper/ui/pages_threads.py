@@ -1,7 +1,7 @@
 """The threads list and a thread's checkpoint tree.
 
 The list pages through ``threads.page_threads`` (the one place a thread index will
-replace) and describes each thread with ``threads.summarize``, the classification the
+replace) and describes each thread with ``threads.thread_summary``, the classification the
 CLI's ``statekeeper threads`` prints; a thread whose newest checkpoint cannot be read
 is listed with the error instead of failing the page.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeeper.errors import ConfigurationError, StatekeeperError, ThreadNotFoundError
-from statekeeper.threads import ThreadSummary, interrupts, page_threads, summarize
+from statekeeper.threads import ThreadSummary, interrupts, page_threads, thread_summary
 from statekeeper.ui.render import Page
 from statekeeper.ui.tree import build_tree
 from statekeeper.ui.values import plain
@@ -74,14 +74,12 @@ def _limit(text: str) -> int:
 
 def _row(inspector: Inspector, thread_id: str) -> Row:
     try:
-        tup = inspector.saver.get_tuple(
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        )
+        summary = thread_summary(inspector.saver, thread_id)  # "running" when claimed
     except StatekeeperError as exc:
         return Row(thread_id, None, f"{type(exc).__name__}: {exc}")
-    if tup is None:  # only subgraph checkpoints, or deleted since it was listed
+    if summary is None:  # only subgraph checkpoints, or deleted since it was listed
         return Row(thread_id, None, "no checkpoint in the root namespace")
-    return Row(thread_id, summarize(tup))
+    return Row(thread_id, summary)
 
 
 def threads(inspector: Inspector, request: Request, form: Form) -> Page:
@@ -121,7 +119,7 @@ def thread(inspector: Inspector, request: Request, form: Form) -> Page:
     metadata = head.metadata if head is not None else {}
     data = {
         "thread_id": thread_id,
-        "summary": summarize(head) if head is not None else None,
+        "summary": thread_summary(inspector.saver, thread_id) if head is not None else None,
         "interrupts": interrupt_values(head) if head is not None else [],
         "forked_from_thread": metadata.get("statekeeper_forked_from_thread"),
         "namespaces": [ns.to_json() for ns in namespaces],
