@@ -34,7 +34,7 @@ import contextlib
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
@@ -43,8 +43,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.claims import LockFileClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import check_id, safe_serde
-from statekeeper.backends.file import directory_path
-from statekeeper.backends.file._index import Entry, make_entry
+from statekeeper.backends.file import DirectoryOptions, directory_path, opening
+from statekeeper.backends.file._log.lines import Entry, make_entry
 from statekeeper.backends.file._namespace import (
     Namespace,
     reporting,
@@ -57,7 +57,13 @@ from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
-from statekeeper.checkpointers.semantics import before_id, list_scope, location
+from statekeeper.checkpointers.semantics import (
+    ON_CORRUPT,
+    before_id,
+    check_choice,
+    list_scope,
+    location,
+)
 from statekeeper.errors import (
     ConfigurationError,
     Damage,
@@ -70,8 +76,8 @@ __all__ = ["ON_CORRUPT", "FileCheckpointer"]
 
 Damages = list[Damage]  # named here: the class has a method called list
 
-ON_CORRUPT = ("raise", "fallback")
 _OPTIONS: dict[str, type] = {
+    "mode": str,
     "compress": bool,
     "on_corrupt": str,
     "lock_timeout": float,
@@ -85,8 +91,15 @@ class FileCheckpointer(Checkpointer):
     """A LangGraph checkpointer keeping everything in plain files under ``path``.
 
     Args:
-        path: the directory; created if missing. An existing non-empty directory must
-            already be a statekeeper file store (it holds ``statekeeper.json``).
+        path: the directory; created if missing (``mode="rw"``). An existing non-empty
+            directory must already be a statekeeper file store (it holds
+            ``statekeeper.json``); one written by an older statekeeper (format 2) is
+            upgraded on a read-write open, without rewriting its history.
+        mode: ``"rw"`` (default) reads and writes; ``"ro"`` only reads — nothing is ever
+            created or changed (no directory, file or lock file), every write and
+            ``claim_thread`` raise :class:`ReadOnlyError`, and a missing directory raises
+            :class:`StorageNotFoundError`. A directory that is not writable (a read-only
+            mount) is opened read-only whatever ``mode`` says; :attr:`read_only` tells.
         serde: the serializer for every payload (default: :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
         on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
@@ -112,22 +125,22 @@ class FileCheckpointer(Checkpointer):
         serde: SerializerProtocol | None = None,
         compress: bool = True,
         on_corrupt: str = "raise",
-        lock_timeout: float = 30.0,
-        fsync: bool = True,
+        **options: Unpack[DirectoryOptions],
     ) -> None:
         super().__init__(serde=serde or safe_serde())
-        if on_corrupt not in ON_CORRUPT:
-            raise ConfigurationError(
-                f"on_corrupt must be one of {', '.join(ON_CORRUPT)}, got {on_corrupt!r}"
-            )
-        if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
-            raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
+        opened = opening(options)
+        check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
         self.compress = compress
         self.on_corrupt = on_corrupt
         root = Path(path).expanduser()
         self._store = Store(
-            root, float(lock_timeout), lenient=on_corrupt == "fallback", durable=fsync
+            root,
+            opened.lock_timeout,
+            lenient=on_corrupt == "fallback",
+            durable=opened.fsync,
+            read_only=opened.read_only,
         )
+        self.read_only = self._store.read_only
         self._closed = False
         # the last list written per (thread, namespace, channel): what a delta builds on
         self._recent = RecentPayloads()
@@ -229,8 +242,10 @@ class FileCheckpointer(Checkpointer):
 
     def claim_thread(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
         """Claim ``thread_id`` for one run (see :meth:`Checkpointer.claim_thread`): a
-        lock file in ``claims/`` under the directory, shared by every process using it."""
+        lock file in ``claims/`` under the directory, shared by every process using it.
+        ReadOnlyError when the checkpointer is read-only (a claim is a write)."""
         self._open_store()
+        self._writable("claim_thread")
         return self._claims.claim(check_id(thread_id, "thread_id"))
 
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
@@ -350,17 +365,29 @@ class FileCheckpointer(Checkpointer):
     # -- integrity -----------------------------------------------------------------------
 
     def verify(self, *, repair: bool = False, quarantine: bool = False) -> Damages:
-        """Check every stored file; return what is damaged (path, reason, and the
-        thread, namespace and checkpoint it belongs to).
+        """Check every stored file; return what is damaged (reason, the kind of record,
+        path, and the thread, namespace and checkpoint it belongs to): damaged lines,
+        files and heads, and committed lines a log lacks (cut short, a line deleted, an
+        older copy put back, a missing log or head).
 
         With ``quarantine=True``, move damaged files into ``quarantine/<timestamp>/``
-        under the directory, and rewrite each ``checkpoints`` file without its damaged
-        lines and the checkpoints that need a damaged file (the old file is kept in
-        quarantine), so that every checkpoint left loads. Nothing is deleted, except
-        temporary files that interrupted writes left (they never held a committed
-        checkpoint) and the folders interrupted deletes and copies left in ``trash/``.
+        under the directory, and rewrite each log without its damaged lines and the
+        checkpoints that need a damaged file (the old file is kept in quarantine), so
+        that every checkpoint left loads. With ``repair=True``, rebuild from what is
+        there the heads and manifests that disagree with their logs, write again a log
+        whose chain is broken, and an empty log for one that is missing: the loss is
+        accepted (it is in the list returned), and reads work again. Neither deletes
+        anything, except temporary files that interrupted writes left (they never held
+        a committed checkpoint) and the folders interrupted deletes and copies left in
+        ``trash/``; what they replace is kept in quarantine. Without either, nothing is
+        changed but those leftovers (and nothing at all when read-only).
+
+        Raises:
+            ReadOnlyError: ``repair`` or ``quarantine`` on a read-only checkpointer.
         """
-        found = verify(self._open_store(), quarantine=quarantine or repair)
+        if repair or quarantine:
+            self._writable("verify(repair=True)" if repair else "verify(quarantine=True)")
+        found = verify(self._open_store(), quarantine=quarantine, repair=repair)
         return [
             Damage(
                 f.reason,
@@ -368,6 +395,7 @@ class FileCheckpointer(Checkpointer):
                 thread_id=f.thread_id,
                 checkpoint_ns=f.checkpoint_ns,
                 checkpoint_id=f.checkpoint_id,
+                record=f.record,
                 path=str(f.path),
             )
             for f in found

@@ -1,0 +1,491 @@
+"""Reading a log: :class:`IndexView`, one open ``checkpoints`` or ``writes`` file checked
+against its head.
+
+A line exists exactly when it was appended whole, so the append is the commit: a crash
+during it leaves a *torn tail* — bytes after the last newline, never acknowledged — which
+readers ignore and the next writer cuts off. A complete line that fails its checksum,
+wherever it is, is damage: it raises :class:`DamagedIndex` (or is skipped, when reading
+leniently) and is never cut off. A log that lacks lines its head says were committed —
+cut at a line boundary, a line deleted, an older copy put back, the head itself missing
+or damaged — is damage too (:class:`Lost`), which is what tells a bad disk, copy or
+restore from a crash before a commit.
+
+Reads never scan the file: the newest lines are read backwards from the end, and
+``before`` / lookups by id bisect the sorted lines, so their cost does not grow with the
+number of lines. A lookup that finds no line checks the chain where the line would be,
+so a line deleted from the middle is damage, not an absent checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from statekeeper._storage.files import flush
+from statekeeper.backends.file._log.head import Head, head_path, kept, read_head, write_head
+from statekeeper.backends.file._log.lines import (
+    CHECKPOINTS,
+    FORMATS,
+    ID_HEAD,
+    RECORDS,
+    DamagedIndex,
+    Entry,
+    Lost,
+    id_in,
+    json_start,
+    line,
+    parser,
+    prev_of,
+    unline,
+)
+
+__all__ = ["IndexView", "Lost"]  # Lost: see .lines
+
+_BLOCK = 8192  # bytes read at once; most lines are a few KiB
+_SCAN = 2048  # bytes searched at once for the newline that ends or starts a line
+
+
+class IndexView:
+    """One open log (``kind`` :data:`CHECKPOINTS` or :data:`WRITES`): a consistent
+    snapshot while it is open.
+
+    ``on_damage``, when given, is called with each damaged line, which is then skipped
+    (lenient reading); without it, a damaged line raises :class:`DamagedIndex`.
+    ``heads`` checks the log against its head (read before the log, as a writer writes
+    it after); lines found lost are :attr:`lost`, reported like a damaged line at open,
+    and a lookup they may hide raises even when reading leniently. ``writable`` opens it
+    for :meth:`append` (the caller holds the thread's lock): a writer never writes over
+    lost lines, so it raises for them whatever ``on_damage`` says.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        on_damage: Callable[[DamagedIndex], None] | None = None,
+        *,
+        writable: bool = False,
+        kind: str = CHECKPOINTS,
+        heads: bool = False,
+    ) -> None:
+        self.path = path
+        self.kind = kind
+        self.on_damage = on_damage
+        self._entry = parser(kind)
+        self.head: Head | None = None
+        self.lost: Lost | None = None
+        self.lines: int | None = None  # how many lines, when the head tells cheaply
+        self._head_fd: int | None = None
+        problem = self._open_head(writable) if heads else None
+        try:
+            self._fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)  # FileNotFoundError
+        except BaseException:
+            self._close_head()
+            raise
+        self._cache = (0, b"")  # (offset, bytes): the last block read
+        try:
+            self.size = os.fstat(self._fd).st_size
+            header_end = self.find_newline(0)
+            if header_end is None:
+                raise DamagedIndex("the header line is missing or torn", record="index")
+            self._header_raw = self.read(0, header_end)
+            self.data_start = header_end + 1
+            self.last: Entry | None = None  # the newest intact entry
+            self._last_end = 0
+            self.valid_end = self._valid_end()
+            tail = self.digest_before(self.valid_end)
+            assert tail is not None  # valid_end always ends a line (or the header)
+            self.tail_digest = tail
+            self.generation = 0
+            if heads:
+                self._check_head(problem, writable)
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> IndexView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._close_head()
+        if self._fd != -1:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _close_head(self) -> None:
+        if self._head_fd is not None:
+            os.close(self._head_fd)
+            self._head_fd = None
+
+    # -- the head ---------------------------------------------------------------------
+
+    def _open_head(self, writable: bool) -> DamagedIndex | None:
+        """Read the head (before the log); what is wrong with it, if anything."""
+        path = head_path(self.path)
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            return DamagedIndex(f"its head {path.name} is missing", record="head")
+        try:
+            self.head = read_head(fd, path, self.kind)
+        except DamagedIndex as problem:
+            os.close(fd)
+            return problem
+        except BaseException:
+            os.close(fd)
+            raise
+        if writable:
+            self._head_fd = fd
+        else:
+            os.close(fd)
+        return None
+
+    def _check_head(self, problem: DamagedIndex | None, writable: bool) -> None:
+        """Set :attr:`generation` and :attr:`lost`; report lost lines."""
+        try:
+            generation = self.header().get("generation", 0)
+        except DamagedIndex as exc:
+            exc.record = "index"
+            problem = problem or exc
+            generation = 0
+        if not isinstance(generation, int):
+            problem, generation = problem or DamagedIndex("malformed header", record="index"), 0
+        self.generation = generation
+        if problem is not None:
+            self.lost = Lost(problem)
+        elif self.head is not None:
+            self.lost = self._against(self.head)
+        if self.lost is not None:
+            if writable:
+                raise self.lost.damage
+            self._damaged(self.lost.damage)
+
+    def _against(self, head: Head) -> Lost | None:
+        """What the log lacks of what ``head`` says was committed (None: nothing); also
+        checks the chain of the lines written after the head."""
+        record = RECORDS[self.kind]
+        if head.generation > self.generation:
+            reason = (
+                f"it is an older copy of the log (generation {self.generation}, its head "
+                f"says {head.generation}): committed lines may be missing"
+            )
+            return Lost(DamagedIndex(reason, head.newest, record))
+        if head.generation < self.generation:
+            return None  # a rewrite whose head was not written yet (a crash, or racing it)
+        if self.valid_end < head.end:
+            reason = (
+                f"it ends at byte {self.valid_end}, but its head says {head.end} bytes "
+                f"({head.lines} lines, the last of checkpoint {head.newest!r}) were "
+                "committed: committed lines are missing"
+            )
+            low = self.last.checkpoint_id if self.last is not None else None
+            return Lost(DamagedIndex(reason, head.newest, record), low, head.newest)
+        if self.digest_before(head.end) != head.last:
+            reason = (
+                f"its line ending at byte {head.end} is not the one its head says was "
+                "committed last: lines were removed or changed"
+            )
+            return Lost(DamagedIndex(reason, head.newest, record))
+        return self._chain_after(head)
+
+    def _chain_after(self, head: Head) -> Lost | None:
+        """Check that the lines after the head follow it (the head may lag the log by
+        the lines a writer appended before it was killed, or before a power loss)."""
+        at, prev, count = head.end, head.last, head.lines
+        while at < self.valid_end:
+            end = self.find_newline(at)
+            assert end is not None
+            data = self.read(at, end)
+            try:
+                entry = self._entry(data)
+            except DamagedIndex as damage:
+                self._damaged(damage)
+                entry = None
+            if entry is not None and entry.prev is not None and entry.prev != prev:
+                reason = f"its line at byte {at} does not follow the committed lines before it"
+                broken = DamagedIndex(reason, entry.checkpoint_id, RECORDS[self.kind])
+                return Lost(broken, head.newest, None)
+            prev, at, count = data[:16], end + 1, count + 1
+        self.lines = count
+        return None
+
+    def digest_before(self, end: int) -> bytes | None:
+        """The checksum of the line ending (newline included) at ``end``: the header's
+        for the start of the lines; None if no line ends there."""
+        if end == self.data_start:
+            return self._header_raw[:16]
+        if end < self.data_start or end > self.size or self.read(end - 1, end) != b"\n":
+            return None
+        start = self.line_start_before(end)
+        return self.read(start, start + 16)
+
+    def chained_at(self, at: int) -> bool:
+        """Whether the line starting at ``at`` (a line start) names the line before it
+        (True for a format 2 line, which names none, and at the end)."""
+        if at >= self.valid_end:
+            return True
+        prev = prev_of(self.read(at, min(self.valid_end, at + 40)))
+        return prev is None or prev == self.digest_before(at)
+
+    def _missing_here(self, at: int, checkpoint_id: str) -> None:
+        """Raise if a line is missing where ``checkpoint_id``'s line would be."""
+        if not self.chained_at(at):
+            reason = (
+                f"a committed line is missing where checkpoint {checkpoint_id!r}'s would "
+                "be (the line after it does not name the line before it)"
+            )
+            raise DamagedIndex(reason, checkpoint_id, RECORDS[self.kind])
+        if self.lost is not None and self.lost.covers(checkpoint_id):
+            raise self.lost.damage
+
+    # -- low-level reading ------------------------------------------------------------
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end), served from one cached block around them when possible."""
+        offset, block = self._cache
+        if offset <= start and end <= offset + len(block):
+            return block[start - offset : end - offset]
+        if end - start > _BLOCK:
+            return os.pread(self._fd, end - start, start)
+        # centre the block on the request: readers walk backwards, bisection both ways
+        offset = max(0, min(start, end - _BLOCK // 2, self.size - _BLOCK))
+        block = os.pread(self._fd, _BLOCK, offset)
+        self._cache = (offset, block)
+        return block[start - offset : end - offset]
+
+    def find_newline(self, start: int) -> int | None:
+        """Offset of the first newline at or after ``start``, or None before the end."""
+        while start < self.size:
+            chunk = self.read(start, min(self.size, start + _SCAN))
+            at = chunk.find(b"\n")
+            if at != -1:
+                return start + at
+            start += len(chunk)
+        return None
+
+    def line_start_before(self, end: int) -> int:
+        """Start of the line whose newline is at ``end - 1`` (or of the bytes before
+        ``end`` when ``end - 1`` is not a newline: a torn tail)."""
+        pos = end - 1
+        while pos > self.data_start:
+            lo = max(self.data_start, pos - _SCAN)
+            at = self.read(lo, pos).rfind(b"\n")
+            if at != -1:
+                return lo + at + 1
+            pos = lo
+        return self.data_start
+
+    def _valid_end(self) -> int:
+        """End of the last complete line. Bytes after the last newline are a torn tail
+        (what a crash during an append leaves: the line was never acknowledged) and not
+        part of the content. Also finds :attr:`last`, the newest intact entry."""
+        end = self.size
+        if end > self.data_start and self.read(end - 1, end) != b"\n":
+            end = self.line_start_before(end)
+        at = end
+        while at > self.data_start and self.last is None:
+            self._last_end = at
+            at, self.last = self._entry_ending_at(at)
+        return end
+
+    def _entry_ending_at(self, end: int) -> tuple[int, Entry | None]:
+        start = self.line_start_before(end)
+        try:
+            return start, self._entry(self.read(start, end - 1))
+        except DamagedIndex as damage:
+            self._damaged(damage)
+            return start, None
+
+    def _damaged(self, damage: DamagedIndex) -> None:
+        if self.on_damage is None:
+            raise damage
+        self.on_damage(damage)
+
+    # -- queries ----------------------------------------------------------------------
+
+    def header(self) -> dict[str, Any]:
+        """The header: ``thread_id`` and ``checkpoint_ns`` (the full ids), format, version
+        and (format 3) ``generation``.
+
+        Raises:
+            DamagedIndex: the header fails its checksum or is not a header.
+        """
+        try:
+            header = unline(self._header_raw)[2]
+        except DamagedIndex as damage:
+            damage.record = "index"
+            raise
+        if not isinstance(header, dict) or header.get("format") != FORMATS[self.kind]:
+            reason = f"the header is not a statekeeper {self.kind} header"
+            raise DamagedIndex(reason, record="index")
+        return header
+
+    def count(self) -> int:
+        """How many complete lines the log has (reads it whole)."""
+        return os.pread(self._fd, self.valid_end - self.data_start, self.data_start).count(b"\n")
+
+    def newest(self, below: str | None = None, limit: int | None = None) -> list[Entry]:
+        """Up to ``limit`` entries with ids below ``below`` (all if None), newest first."""
+        end = self.valid_end if below is None else self._bisect(below)
+        if end is None:  # a damaged line in the way, read leniently: filter every line
+            assert below is not None
+            return [e for e in self.newest() if e.checkpoint_id < below][:limit]
+        found: list[Entry] = []
+        while end > self.data_start and (limit is None or len(found) < limit):
+            end, entry = self._entry_ending_at(end)
+            if entry is not None:
+                found.append(entry)
+        return found
+
+    def find(self, checkpoint_id: str) -> Entry | None:
+        """The entry of ``checkpoint_id``, or None.
+
+        Raises:
+            DamagedIndex: its line is damaged, or may have been lost (even leniently).
+        """
+        last = self.last
+        # the common case (the newest, or an id past it) needs no bisection, unless a
+        # damaged line follows the last intact one and the order after it is unknown
+        tail_intact = self._last_end == self.valid_end
+        if last is not None and tail_intact and last.checkpoint_id <= checkpoint_id:
+            if last.checkpoint_id == checkpoint_id:
+                return last
+            self._missing_here(self.valid_end, checkpoint_id)
+            return None
+        at = self._bisect(checkpoint_id)
+        if at is None:
+            found = next((e for e in self.all() if e.checkpoint_id == checkpoint_id), None)
+            if found is None and self.lost is not None and self.lost.covers(checkpoint_id):
+                raise self.lost.damage
+            return found
+        if at < self.valid_end:
+            end = self.find_newline(at)
+            assert end is not None
+            try:
+                entry = self._entry(self.read(at, end))
+            except DamagedIndex as damage:
+                if damage.checkpoint_id in (None, checkpoint_id):
+                    self._damaged(damage)
+                return None
+            if entry.checkpoint_id == checkpoint_id:
+                return entry
+        self._missing_here(at, checkpoint_id)
+        return None
+
+    def lines_of(self, checkpoint_id: str) -> list[Entry]:
+        """Every line of ``checkpoint_id``, in file order (for the ``writes`` log). When
+        reading leniently, a damaged line that is, or may be, one of them raises anyway:
+        leaving it out would change what the others mean; so do lines that may be lost."""
+        if self.lost is not None and self.lost.covers(checkpoint_id):
+            raise self.lost.damage
+        last, tail_intact = self.last, self._last_end == self.valid_end
+        if last is not None and tail_intact and last.checkpoint_id < checkpoint_id:
+            return []  # the common case: a checkpoint newer than every line has none yet
+        at = self._bisect(checkpoint_id)
+        if at is None:  # a damaged line met, read leniently: look at every line
+            saved = self.on_damage
+
+            def check(damage: DamagedIndex) -> None:
+                if damage.checkpoint_id in (None, checkpoint_id):
+                    raise damage
+                if saved is not None:
+                    saved(damage)
+
+            self.on_damage = check
+            try:
+                return [e for e in self.newest()[::-1] if e.checkpoint_id == checkpoint_id]
+            finally:
+                self.on_damage = saved
+        self._missing_here(at, checkpoint_id)  # none of its lines, or its first, deleted
+        found: list[Entry] = []
+        while at < self.valid_end:
+            end = self.find_newline(at)
+            assert end is not None
+            try:
+                entry = self._entry(self.read(at, end))
+            except DamagedIndex as damage:
+                if damage.checkpoint_id in (None, checkpoint_id):
+                    raise
+                break  # a later id's line: ours are all before it
+            if entry.checkpoint_id != checkpoint_id:
+                break
+            if found and entry.prev is not None and entry.prev != found[-1].digest:
+                self._missing_here(at, checkpoint_id)  # one of its lines deleted: raises
+            found.append(entry)
+            at = end + 1
+        self._missing_here(at, checkpoint_id)  # its last line deleted
+        return found
+
+    def all(self, *, strict: bool = False) -> list[Entry]:
+        """Every entry, oldest first; ``strict`` raises on a damaged line even when
+        reading leniently (for a rewrite, which must not drop it)."""
+        saved = self.on_damage
+        if strict:
+            self.on_damage = None
+        try:
+            return self.newest()[::-1]
+        finally:
+            self.on_damage = saved
+
+    def _bisect(self, target: str) -> int | None:
+        """Offset of the first line whose id is >= ``target`` (``valid_end`` if none);
+        None if a damaged line whose id cannot be read was met and skipped (only when
+        reading leniently)."""
+        lo, hi = self.data_start, self.valid_end  # lo is always the start of a line
+        while lo < hi:
+            mid = (lo + hi) // 2
+            start = mid if self.read(mid - 1, mid) == b"\n" else self._after_newline(mid)
+            if start >= hi:
+                start = lo  # no line starts in [mid, hi): decide on the line at lo
+            end = self.find_newline(start)
+            assert end is not None
+            # Only the id at the head of a line is read to pass it: the line a caller
+            # wants is checked whole when it is read, so a damaged line only matters to
+            # a caller that wants that very line.
+            head = self.read(start, min(end, start + ID_HEAD))
+            line_id = id_in(head[json_start(head) :])
+            if line_id is None:  # a long or unusual id, or damage: parse the whole line
+                try:
+                    line_id = self._entry(self.read(start, end)).checkpoint_id
+                except DamagedIndex as damage:
+                    if damage.checkpoint_id is None:
+                        self._damaged(damage)
+                        return None
+                    line_id = damage.checkpoint_id
+            if line_id < target:
+                lo = end + 1
+            else:
+                hi = start
+        return lo
+
+    def _after_newline(self, pos: int) -> int:
+        at = self.find_newline(pos)
+        return self.valid_end if at is None else at + 1
+
+    # -- writing ----------------------------------------------------------------------
+
+    def append(self, entry: Entry, *, durable: bool) -> None:
+        """Append ``entry`` (its id must be the greatest), first cutting off a torn tail;
+        then, once the line is durable, move the head (if the view has one) past it."""
+        if self.size != self.valid_end:
+            os.ftruncate(self._fd, self.valid_end)
+        data = line(entry.raw, self.tail_digest)
+        os.pwrite(self._fd, data, self.valid_end)
+        if durable:
+            flush(self._fd)
+        end = self.valid_end + len(data)
+        if self._head_fd is not None and self.head is not None:
+            lines = self.lines if self.lines is not None else self.count()
+            newest = kept(entry.checkpoint_id)
+            head = Head(
+                self.head.seq + 1, self.generation, end, data[:16], lines + 1, newest, self.kind
+            )
+            write_head(self._head_fd, head)
+            self.head, self.lines = head, lines + 1
+        self.size = self.valid_end = end
+        self.tail_digest = data[:16]
+        self._cache = (0, b"")
