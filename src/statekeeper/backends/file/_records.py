@@ -237,7 +237,11 @@ class Store:
         if self.lenient:
 
             def on_damage(damage: DamagedIndex) -> None:
-                log.warning("skipping a damaged line of %s: %s", n.index, damage)
+                log.warning(
+                    "%s is damaged: %s; reading what is intact (on_corrupt='fallback')",
+                    n.index,
+                    damage,
+                )
 
         try:
             with IndexView(n.index, on_damage, writable=writable, heads=self.heads) as view:
@@ -252,7 +256,8 @@ class Store:
                         raise DamagedIndex(reason, record="index")
                 yield view
         except DamagedIndex as damage:
-            raise corrupt_error(n, None, n.index, str(damage), damage.record) from None
+            found = damage.checkpoint_id
+            raise corrupt_error(n, found, n.index, str(damage), damage.record) from None
         except (FileNotFoundError, NotADirectoryError):
             self._missing_log(n)
             raise

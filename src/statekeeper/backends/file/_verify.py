@@ -241,7 +241,7 @@ def _verify_namespace(store: Store, n: Namespace, asked: _Asked) -> list[Corrupt
         findings.add_damage(check.path, check.damage + [lost.damage for lost in check.lost])
     findings.bad_writes.update(d.checkpoint_id for d in writes.damage)
     findings.lost_writes = writes.lost
-    _check_write_rows(findings)
+    _check_write_rows(findings, {p.reason for p in findings.problems})
     damaged = _check_records(findings)
     _check_checkpoints(findings, damaged)
     if asked.quarantine and findings.problems:
@@ -300,17 +300,20 @@ def _remove_temporary_files(n: Namespace) -> None:
                 (folder / name).unlink(missing_ok=True)
 
 
-def _check_write_rows(findings: _Findings) -> None:
-    """Read each checkpoint's writes from intact lines; a checkpoint whose rows cannot be
-    read is reported once (not again if its line was already reported damaged)."""
+def _check_write_rows(findings: _Findings, reported: set[str]) -> None:
+    """Read the writes of each checkpoint (of either log) as a reader would: a checkpoint
+    whose rows cannot be read — a damaged line may be one of them, whatever id it shows,
+    or a line is malformed — goes in ``bad_writes``, and is reported unless what is wrong
+    was already (``reported``: the reasons found so far)."""
     n = findings.n
-    for checkpoint_id in sorted({e.checkpoint_id for e in findings.writes}):
+    ids = {e.checkpoint_id for e in findings.writes} | {e.checkpoint_id for e in findings.entries}
+    for checkpoint_id in sorted(ids):
         try:
             n.write_rows(checkpoint_id)
         except Damaged as exc:
-            if checkpoint_id not in findings.bad_writes:
+            if checkpoint_id not in findings.bad_writes and exc.reason not in reported:
                 findings.add(n.writes_log, exc.reason, checkpoint_id, "writes")
-                findings.bad_writes.add(checkpoint_id)
+            findings.bad_writes.add(checkpoint_id)
 
 
 def _check_records(findings: _Findings) -> set[str]:

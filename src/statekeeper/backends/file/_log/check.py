@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from statekeeper.backends.file._log.head import head_path, initial_head, parse_slots
+from statekeeper.backends.file._log.head import SLOT, head_path, initial_head, parse_slots
 from statekeeper.backends.file._log.lines import (
     CHECKPOINTS,
     ID_HEAD,
@@ -74,8 +74,8 @@ def check_log(
         if (lost := missing()) is not None:
             found.lost.append(lost)
         return found
-    except DamagedIndex as exc:  # not even a header line: nothing in it can be read
-        found.damage.append(exc)
+    except DamagedIndex as exc:  # not even a header line: whatever it held is lost
+        found.lost.append(Lost(exc))
         return found
     if heads and not found.lost and (slot := _damaged_slot(path, kind)) is not None:
         found.lost.append(Lost(slot))
@@ -125,7 +125,7 @@ def _damaged_slot(path: Path, kind: str) -> DamagedIndex | None:
         data = head_path(path).read_bytes()
     except OSError:
         return None
-    if any(slot is None for slot in parse_slots(data, kind)):
+    if len(data) != 2 * SLOT or any(slot is None for slot in parse_slots(data, kind)):
         reason = f"a slot of its head {head_path(path).name} is damaged (the other is intact)"
         return DamagedIndex(reason, record="head")
     return None
@@ -153,7 +153,12 @@ def repair_log(
         return True
     if head.exists():
         keep(head)
-    with IndexView(path, lambda _: None, kind=kind) as view:
-        rebuilt = head_for(view)
+    try:
+        with IndexView(path, lambda _: None, kind=kind) as view:
+            rebuilt = head_for(view)
+    except DamagedIndex:  # no header line: no line either (it would end the header)
+        keep(path)
+        rewrite(path, kind, *ids, [], durable=durable)
+        return True
     initial_head(head, rebuilt, durable=durable)
     return True

@@ -38,6 +38,7 @@ __all__ = [
     "excerpt",
     "header_line",
     "id_in",
+    "intact",
     "json_start",
     "line",
     "make_entry",
@@ -123,6 +124,11 @@ def prev_of(data: bytes) -> bytes | None:
     """The checksum a line beginning with ``data`` chains to (None: a format 2 line, or a
     header); ``data`` holds at least its first 34 bytes, when it has them."""
     return None if json_start(data) == _DIGEST + 1 else data[_DIGEST + 1 : 2 * _DIGEST + 1]
+
+
+def intact(data: bytes) -> bool:
+    """Whether one line (without its newline) passes its checksum (its JSON unread)."""
+    return data[_DIGEST : _DIGEST + 1] == b" " and digest(data[_DIGEST + 1 :]) == data[:_DIGEST]
 
 
 def unline(data: bytes) -> tuple[bytes, bytes | None, Any]:

@@ -34,6 +34,7 @@ from statekeeper.backends.file._log.lines import (
     Entry,
     Lost,
     id_in,
+    intact,
     json_start,
     line,
     parser,
@@ -345,7 +346,9 @@ class IndexView:
         """The entry of ``checkpoint_id``, or None.
 
         Raises:
-            DamagedIndex: its line is damaged, or may have been lost (even leniently).
+            DamagedIndex: its line is, or may be, damaged (a damaged line where it would
+                be: the id a damaged line shows cannot be trusted) or lost, even when
+                reading leniently.
         """
         last = self.last
         # the common case (the newest, or an id past it) needs no bisection, unless a
@@ -357,29 +360,26 @@ class IndexView:
             self._missing_here(self.valid_end, checkpoint_id)
             return None
         at = self._bisect(checkpoint_id)
-        if at is None:
-            found = next((e for e in self.all() if e.checkpoint_id == checkpoint_id), None)
-            if found is None and self.lost is not None and self.lost.covers(checkpoint_id):
-                raise self.lost.damage
-            return found
+        if at is None:  # a damaged line met, read leniently: look at every line
+            return next(iter(self._scan_for(checkpoint_id)), None)
         if at < self.valid_end:
             end = self.find_newline(at)
             assert end is not None
             try:
                 entry = self._entry(self.read(at, end))
-            except DamagedIndex as damage:
-                if damage.checkpoint_id in (None, checkpoint_id):
-                    self._damaged(damage)
-                return None
-            if entry.checkpoint_id == checkpoint_id:
+            except DamagedIndex:
+                entry = None
+            if entry is not None and entry.checkpoint_id == checkpoint_id:
                 return entry
+        self._suspect(at, checkpoint_id, after=True)
         self._missing_here(at, checkpoint_id)
         return None
 
     def lines_of(self, checkpoint_id: str) -> list[Entry]:
-        """Every line of ``checkpoint_id``, in file order (for the ``writes`` log). When
-        reading leniently, a damaged line that is, or may be, one of them raises anyway:
-        leaving it out would change what the others mean; so do lines that may be lost."""
+        """Every line of ``checkpoint_id``, in file order (for the ``writes`` log). A
+        damaged line among or beside them, which may be one of them, raises even when
+        reading leniently: leaving it out would change what the others mean; so do
+        lines that may be lost."""
         if self.lost is not None and self.lost.covers(checkpoint_id):
             raise self.lost.damage
         last, tail_intact = self.last, self._last_end == self.valid_end
@@ -387,30 +387,14 @@ class IndexView:
             return []  # the common case: a checkpoint newer than every line has none yet
         at = self._bisect(checkpoint_id)
         if at is None:  # a damaged line met, read leniently: look at every line
-            saved = self.on_damage
-
-            def check(damage: DamagedIndex) -> None:
-                if damage.checkpoint_id in (None, checkpoint_id):
-                    raise damage
-                if saved is not None:
-                    saved(damage)
-
-            self.on_damage = check
-            try:
-                return [e for e in self.newest()[::-1] if e.checkpoint_id == checkpoint_id]
-            finally:
-                self.on_damage = saved
+            return self._scan_for(checkpoint_id)
+        self._suspect(at, checkpoint_id, after=False)
         self._missing_here(at, checkpoint_id)  # none of its lines, or its first, deleted
         found: list[Entry] = []
         while at < self.valid_end:
             end = self.find_newline(at)
             assert end is not None
-            try:
-                entry = self._entry(self.read(at, end))
-            except DamagedIndex as damage:
-                if damage.checkpoint_id in (None, checkpoint_id):
-                    raise
-                break  # a later id's line: ours are all before it
+            entry = self._entry(self.read(at, end))  # damaged: may be ours, raises
             if entry.checkpoint_id != checkpoint_id:
                 break
             if found and entry.prev is not None and entry.prev != found[-1].digest:
@@ -418,6 +402,36 @@ class IndexView:
             found.append(entry)
             at = end + 1
         self._missing_here(at, checkpoint_id)  # its last line deleted
+        return found
+
+    def _suspect(self, at: int, checkpoint_id: str, *, after: bool) -> None:
+        """Raise if a line next to ``at`` (where ``checkpoint_id``'s lines are, or would
+        be) is damaged: the lines are sorted, so a damaged line of that checkpoint, whatever
+        id it now shows, is next to where a bisection for it ends. ``after``: also the
+        line at ``at`` (a ``find``; ``lines_of`` reads it anyway)."""
+        starts = [self.line_start_before(at)] if at > self.data_start else []
+        if after and at < self.valid_end:
+            starts.append(at)
+        for start in starts:
+            end = self.find_newline(start)
+            assert end is not None
+            data = self.read(start, end)
+            if not intact(data):
+                self._entry(data)  # raises, saying what is wrong
+                raise DamagedIndex(f"a damaged line next to checkpoint {checkpoint_id!r}'s")
+
+    def _scan_for(self, checkpoint_id: str) -> list[Entry]:
+        """The lines of ``checkpoint_id``, found by reading every line (a bisection met a
+        damaged line whose id cannot be read); raises if any line is damaged, since it
+        may be one of them."""
+        saved = self.on_damage
+        self.on_damage = None
+        try:
+            found = [e for e in self.newest()[::-1] if e.checkpoint_id == checkpoint_id]
+        finally:
+            self.on_damage = saved
+        if not found and self.lost is not None and self.lost.covers(checkpoint_id):
+            raise self.lost.damage
         return found
 
     def all(self, *, strict: bool = False) -> list[Entry]:
