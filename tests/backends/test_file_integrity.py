@@ -23,7 +23,9 @@ Trials are seeded; the whole file runs in seconds.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
+import json
 import logging
 import os
 import random
@@ -31,9 +33,12 @@ import shutil
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langgraph.graph import END, START, StateGraph
+from langgraph.graph.message import add_messages
 
 from statekeeper.checkpointers import FileCheckpointer
 from statekeeper.errors import CorruptCheckpointError, Damage
@@ -496,3 +501,159 @@ def test_an_intact_directory_reads_without_a_warning(
     with _no_warnings(caplog), FileCheckpointer(source, on_corrupt="fallback") as saver:
         assert _check_reads(saver, snapshot) == 0
         assert saver.verify() == []
+
+
+# -- through LangGraph ----------------------------------------------------------------------
+
+
+class Chat(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+    turns: int
+
+
+def _graph(saver: FileCheckpointer) -> Any:
+    """A chat-like graph (``messages`` grows by appending: append deltas) that stops
+    before its second node."""
+
+    def answer(state: Chat) -> dict[str, Any]:
+        reply = AIMessage(f"reply {state['turns']}: " + "word " * 50, id=f"ai-{state['turns']}")
+        return {"messages": [reply], "turns": state["turns"] + 1}
+
+    builder = StateGraph(Chat)
+    builder.add_node("first", answer)
+    builder.add_node("second", answer)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "second")
+    builder.add_edge("second", END)
+    return builder.compile(checkpointer=saver, interrupt_before=["second"])
+
+
+def _chat(root: Path) -> None:
+    with FileCheckpointer(root, fsync=False) as saver:
+        graph = _graph(saver)
+        for turn in range(4):
+            config = {"configurable": {"thread_id": "chat"}}
+            message = HumanMessage(f"question {turn}", id=f"human-{turn}")
+            graph.invoke({"messages": [message], "turns": turn * 2}, config)
+            if turn < 3:
+                graph.invoke(None, config)  # the second node, then the next turn
+
+
+def _graph_reads(root: Path) -> tuple[Any, Any]:
+    """What LangGraph reads of the chat thread (state, and the result of resuming it),
+    or the CorruptCheckpointError it raised instead."""
+    config = {"configurable": {"thread_id": "chat"}}
+    with FileCheckpointer(root, fsync=False) as saver:
+        graph = _graph(saver)
+        try:
+            state = graph.get_state(config)
+            snapshot = (state.values, state.next, state.config)
+        except CorruptCheckpointError as error:
+            snapshot = error
+        try:
+            result = graph.invoke(None, config)
+        except CorruptCheckpointError as error:
+            result = error
+    return snapshot, result
+
+
+def test_graph_get_state_and_resume_on_a_damaged_thread_are_exact_or_raise(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "chat"
+    _chat(source)
+    intact = tmp_path / "intact"
+    shutil.copytree(source, intact)
+    expected = _graph_reads(intact)
+    assert expected[0][1] == ("second",)  # waiting before its second node
+    rng = random.Random("graph")
+    chat = "threads/chat/~"
+    damagers = []
+    for name in ("checkpoints", "writes"):
+        log = f"{chat}/{name}"
+        path = source / log
+        damagers += [cut(log, at) for at in _lines(path)[1:]]
+        damagers += [flip(log, rng.randrange(path.stat().st_size), rng.randrange(8))]
+        damagers += [delete(log), delete(f"{log}.head")]
+    damagers += [
+        flip(str(p.relative_to(source)), rng.randrange(p.stat().st_size), rng.randrange(8))
+        for p in sorted((source / chat).glob("values/*"))
+    ]
+    for i, (label, damage) in enumerate(damagers):
+        root = tmp_path / f"trial-{i}"
+        shutil.copytree(source, root)
+        damage(root)
+        state, resumed = _graph_reads(root)  # anything but CorruptCheckpointError fails
+        for read, wanted in ((state, expected[0]), (resumed, expected[1])):
+            if not isinstance(read, CorruptCheckpointError):
+                assert read == wanted, f"{label}: LangGraph read something never stored"
+        if label.startswith(f"cut {chat}/checkpoints"):  # never an older state instead
+            assert isinstance(state, CorruptCheckpointError), label
+            assert isinstance(resumed, CorruptCheckpointError), label
+
+
+# -- directories written before logs had heads (format 2) ----------------------------------
+
+
+def to_format_2(root: Path) -> None:
+    """Make ``root`` what the previous statekeeper wrote (format 2, docs/file-backend.md):
+    no heads or manifests; each line the checksum of its JSON and the JSON (no chained
+    checksum); headers of version 2 without a generation."""
+    for path in [*root.rglob("*.head"), *root.rglob("@namespaces")]:
+        path.unlink()
+    for log in [*root.rglob("checkpoints"), *root.rglob("writes")]:
+        lines = []
+        for i, line in enumerate(log.read_bytes().split(b"\n")[:-1]):
+            raw = line[line.index(b"{") :]
+            if i == 0:
+                header = json.loads(raw)
+                del header["generation"]
+                header["version"] = 2
+                raw = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+            lines.append(hashlib.sha256(raw).hexdigest()[:16].encode() + b" " + raw + b"\n")
+        log.write_bytes(b"".join(lines))
+    marker = {"format": "statekeeper-file", "version": 2}
+    (root / "statekeeper.json").write_text(json.dumps(marker) + "\n")
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_format_2_directory_is_read_as_it_is_read_only_and_upgraded_read_write(
+    template: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    source, snapshot = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    to_format_2(root)
+    for lock in (root / "locks").iterdir():
+        lock.unlink()
+    old = _files(root)
+    with FileCheckpointer(root, mode="ro") as saver:
+        assert _check_reads(saver, snapshot) == 0
+        assert saver.verify() == []
+    assert _files(root) == old  # read-only: nothing created, not even a head or a lock
+
+    with FileCheckpointer(root) as saver:  # read-write: upgraded on open
+        assert _check_reads(saver, snapshot) == 0
+        assert saver.verify() == []
+    new = _files(root)
+    logs = {name: data for name, data in old.items() if name.endswith(("checkpoints", "writes"))}
+    assert {name: new[name] for name in logs} == logs  # no line rewritten
+    added = sorted(name for name in set(new) - set(old) if not name.startswith("locks/"))
+    heads = [
+        f"{d}/{log}.head" for d in (CHILD, NS, "threads/u/~") for log in ("checkpoints", "writes")
+    ]
+    assert added == sorted([*heads, "threads/t/@namespaces", "threads/u/@namespaces"])
+    assert json.loads(new["statekeeper.json"])["version"] == 3
+
+    with FileCheckpointer(root) as saver:  # new lines chain to the old ones
+        newest = snapshot[("t", "")]["list"][0]
+        put_step(saver, newest.config, dict(newest.checkpoint["channel_versions"]), 9)
+        assert saver.verify() == []
+        assert [t.metadata["step"] for t in saver.list(cfg("t"), limit=2)] == [9, 8]
+    log = root / NS / "checkpoints"
+    log.write_bytes(log.read_bytes()[: _lines(log)[-1]])  # cut its last line off
+    with FileCheckpointer(root) as saver, pytest.raises(CorruptCheckpointError, match="missing"):
+        saver.get_tuple(cfg("t"))  # now detected: the upgrade gave the log a head
