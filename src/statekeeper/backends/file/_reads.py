@@ -115,7 +115,9 @@ class Reader:
                 if checkpoint_id in self.seen:
                     return self.seen[checkpoint_id]
                 if not opened:  # open the file only for values stored by other lines
-                    opened.append(lines_of(stack.enter_context(self.store.index(self.n)), entry))
+                    opened.append(
+                        lines_of(stack.enter_context(self.store.index(self.n, again=True)), entry)
+                    )
                 return opened[0](checkpoint_id)
 
             known = Known(self.recent, self.memo)

@@ -227,12 +227,16 @@ class Store:
     # -- the checkpoints file ----------------------------------------------------------
 
     @contextlib.contextmanager
-    def index(self, n: Namespace, *, writable: bool = False) -> Iterator[IndexView]:
+    def index(
+        self, n: Namespace, *, writable: bool = False, again: bool = False
+    ) -> Iterator[IndexView]:
         """``n``'s ``checkpoints`` file (``FileNotFoundError`` if there is none, and none
         was committed). A damaged or lost line raises CorruptCheckpointError or, when
         lenient, is logged and skipped (even on a writable view: a writer goes on from
         the intact lines; but never past lost lines, which a writer always raises for).
-        A missing log that had lines raises CorruptCheckpointError."""
+        A missing log that had lines raises CorruptCheckpointError. ``again``: the log
+        was checked against its head moments ago by the same read, which only looks up
+        lines by id now (a line lost since is then missing, which is damage too)."""
         on_damage: Callable[[DamagedIndex], None] | None = None
         if self.lenient:
 
@@ -244,7 +248,8 @@ class Store:
                 )
 
         try:
-            with IndexView(n.index, on_damage, writable=writable, heads=self.heads) as view:
+            heads = self.heads and not again
+            with IndexView(n.index, on_damage, writable=writable, heads=heads) as view:
                 if is_hashed(n.dir.name) or is_hashed(n.dir.parent.name):
                     # a shortened name is not reversible: only the header says whose it is
                     header = view.header()
@@ -323,11 +328,20 @@ class Store:
                     if view.valid_end > view.data_start or view.lost is not None:
                         return True
             except (FileNotFoundError, NotADirectoryError):
-                if n.missing(CHECKPOINTS) is not None:
+                if self._lost(n):
                     return True
             except DamagedIndex:  # not even a header: damage, which counts as taken
                 return True
         return False
+
+    @staticmethod
+    def _lost(n: Namespace) -> bool:
+        """Whether ``n``'s missing ``checkpoints`` log had lines (or its manifest, which
+        would tell, is damaged)."""
+        try:
+            return n.missing(CHECKPOINTS) is not None
+        except DamagedIndex:
+            return True
 
     # -- writing (the caller holds the thread's lock) -----------------------------------
 

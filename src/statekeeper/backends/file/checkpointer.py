@@ -1,22 +1,28 @@
 """``FileCheckpointer``: every thread in plain files under one directory, standard library only.
 
-The layout (``docs/file-backend.md``; sketched in :mod:`._file_store`) is a folder per
-(thread, namespace) holding a ``checkpoints`` log — one line of readable JSON per
-checkpoint, sorted by id, with the values of the versions it created (later checkpoints
-refer to them there) — a ``writes`` log, one line per ``put_writes``, and a ``values/``
-folder for values too large to inline, one checksummed file per (channel, version).
+The layout (``docs/file-backend.md``) is a folder per (thread, namespace) holding a
+``checkpoints`` log — one line of readable JSON per checkpoint, sorted by id, with the
+values of the versions it created (later checkpoints refer to them there) — a ``writes``
+log, one line per ``put_writes``, a head beside each log saying how far its committed lines
+reach, and a ``values/`` folder for values too large to inline, one checksummed file per
+(channel, version); a manifest per thread lists its namespaces.
 
 Guarantees:
 
 * Crash safety: a checkpoint exists once its line is appended and flushed, after the
   files of its large values are durable; a ``put_writes`` once its line is. A torn last
-  line is ignored. Every other change writes a temporary file, flushes it and renames it
-  into place. A process killed at any instant leaves the old state or the new one.
-* Integrity: every line and file carries a SHA-256 of its content. A truncated, altered or
-  missing file is detected on load and raises :class:`CorruptCheckpointError` naming the
-  thread, checkpoint and file; ``on_corrupt="fallback"`` instead logs a warning and
-  returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists damage and
-  can move it into ``quarantine/``; nothing damaged is ever deleted.
+  line (a crash during the append) is ignored. Every other change writes a temporary
+  file, flushes it and renames it into place. A process killed at any instant leaves the
+  old state or the new one.
+* Integrity: every line, file, head and manifest carries a checksum, and each line names
+  the line before it; a log shorter than its head, or lacking a line, is damage. A read
+  returns exactly what was stored or raises :class:`CorruptCheckpointError` naming the
+  thread, checkpoint, file and kind of record; ``on_corrupt="fallback"`` instead logs a
+  warning and returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists
+  damage, can move it into ``quarantine/`` and can rebuild heads; nothing damaged is ever
+  deleted.
+* Read-only: ``mode="ro"``, or a directory that is not writable, creates and changes
+  nothing; writes raise :class:`ReadOnlyError`.
 * Concurrency: writers of one thread queue on that thread's ``fcntl.flock`` (POSIX only),
   in this process and others — ``put`` on one lock, ``put_writes`` on another, so a task's
   writes are stored while the next checkpoint is; readers take no lock and see only
@@ -24,7 +30,8 @@ Guarantees:
 * Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
   ``checkpoints`` file and bisect the logs for values stored by earlier checkpoints and
   for pending writes, so they cost about the same for ten checkpoints or ten thousand. A
-  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more).
+  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more);
+  moving a head flushes nothing.
 """
 
 from __future__ import annotations
@@ -95,11 +102,6 @@ class FileCheckpointer(Checkpointer):
             directory must already be a statekeeper file store (it holds
             ``statekeeper.json``); one written by an older statekeeper (format 2) is
             upgraded on a read-write open, without rewriting its history.
-        mode: ``"rw"`` (default) reads and writes; ``"ro"`` only reads — nothing is ever
-            created or changed (no directory, file or lock file), every write and
-            ``claim_thread`` raise :class:`ReadOnlyError`, and a missing directory raises
-            :class:`StorageNotFoundError`. A directory that is not writable (a read-only
-            mount) is opened read-only whatever ``mode`` says; :attr:`read_only` tells.
         serde: the serializer for every payload (default: :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
         on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
@@ -107,15 +109,23 @@ class FileCheckpointer(Checkpointer):
             ``statekeeper.backends.file.checkpointer`` logger and skips it, so ``get_tuple``
             returns the newest intact checkpoint and ``list`` the intact ones. A
             checkpoint asked for by id is never substituted: it loads or raises.
-        lock_timeout: seconds a writer waits for a thread's lock (held by another
-            process, or another thread of this one).
-        fsync: flush every write to disk before it counts, so a committed checkpoint
-            survives a power loss (the default). ``False`` keeps every write atomic — a
-            killed process still leaves the old or the new checkpoint — but a power loss
-            may lose the last checkpoints, or damage files (their checksums tell).
+        options: :class:`~statekeeper.backends.file.DirectoryOptions`, as keywords:
+          mode: ``"rw"`` (default) reads and writes; ``"ro"`` only reads — nothing is ever
+              created or changed (no directory, file or lock file), every write and
+              ``claim_thread`` raise :class:`ReadOnlyError`, and a missing directory raises
+              :class:`StorageNotFoundError`. A directory that is not writable (a read-only
+              mount) is opened read-only whatever ``mode`` says; :attr:`read_only` tells.
+          lock_timeout: seconds a writer waits for a thread's lock (held by another
+              process, or another thread of this one).
+          fsync: flush every write to disk before it counts, so a committed checkpoint
+              survives a power loss (the default). ``False`` keeps every write atomic —
+              a killed process still leaves the old or the new checkpoint — but a power
+              loss may lose the last checkpoints (detected: see ``docs/file-backend.md``).
 
     Each ``put``, ``put_writes``, ``copy_thread``, ``prune`` and ``delete_*`` is atomic
     per namespace: a failed call leaves what was stored before. Payloads are never pickled.
+    A read returns exactly what was stored or raises :class:`CorruptCheckpointError`: every
+    record is checksummed, and a log lacking lines its head says were committed is damage.
     """
 
     def __init__(

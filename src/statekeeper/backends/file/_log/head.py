@@ -76,10 +76,13 @@ def head_path(log: Path) -> Path:
 
 
 def _slot(head: Head) -> bytes:
-    fields = head._asdict()
-    fields["last"] = head.last.decode("latin-1")
-    fields["log"] = fields.pop("kind")
-    raw = dumps(fields).encode("ascii")
+    # the JSON dumps() would make (keys sorted), formatted directly: written at every put
+    last = dumps(head.last.decode("latin-1"))
+    raw = (
+        f'{{"end":{head.end},"generation":{head.generation},"last":{last},'
+        f'"lines":{head.lines},"log":{dumps(head.kind)},"newest":{dumps(head.newest)},'
+        f'"seq":{head.seq}}}'
+    ).encode("ascii")
     data = _MAGIC + digest(raw) + b" " + raw
     if len(data) >= SLOT:  # cannot happen: newest is capped
         raise ValueError("a head slot overflowed")
@@ -122,10 +125,24 @@ def read_head(fd: int, path: Path, kind: str) -> Head:
     Raises:
         DamagedIndex: no slot is intact (record ``"head"``).
     """
-    slots = [h for h in parse_slots(os.pread(fd, 2 * SLOT, 0), kind) if h is not None]
-    if not slots:
-        raise DamagedIndex(f"its head {path.name} is damaged (no intact slot)", record="head")
-    return max(slots, key=lambda h: h.seq)
+    data = os.pread(fd, 2 * SLOT, 0)
+    slots = [data[:SLOT], data[SLOT : 2 * SLOT]]
+    # check the slot that says it is newer first: usually the only one parsed
+    slots.sort(key=_claimed_seq, reverse=True)
+    for slot in slots:
+        if (head := _parse(slot, kind)) is not None:
+            return head
+    raise DamagedIndex(f"its head {path.name} is damaged (no intact slot)", record="head")
+
+
+def _claimed_seq(slot: bytes) -> int:
+    """The ``seq`` a slot shows, unchecked (-1 if none can be read): which slot to check
+    first. A slot claiming more than it has fails its own checksum when it is parsed."""
+    at = slot.find(b'"seq":')
+    if at == -1:
+        return -1
+    digits = slot[at + 6 : at + 26].split(b"}")[0].split(b",")[0]
+    return int(digits) if digits.isdigit() else -1
 
 
 def write_head(fd: int, head: Head) -> None:

@@ -18,9 +18,11 @@ so a line deleted from the middle is damage, not an absent checkpoint.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from statekeeper._storage.files import flush
@@ -95,9 +97,7 @@ class IndexView:
             self.last: Entry | None = None  # the newest intact entry
             self._last_end = 0
             self.valid_end = self._valid_end()
-            tail = self.digest_before(self.valid_end)
-            assert tail is not None  # valid_end always ends a line (or the header)
-            self.tail_digest = tail
+            self.tail_digest = self._tail_digest()
             self.generation = 0
             if heads:
                 self._check_head(problem, writable)
@@ -185,7 +185,8 @@ class IndexView:
             )
             low = self.last.checkpoint_id if self.last is not None else None
             return Lost(DamagedIndex(reason, head.newest, record), low, head.newest)
-        if self.digest_before(head.end) != head.last:
+        at_end = self.tail_digest if head.end == self.valid_end else self.digest_before(head.end)
+        if at_end != head.last:
             reason = (
                 f"its line ending at byte {head.end} is not the one its head says was "
                 "committed last: lines were removed or changed"
@@ -293,6 +294,15 @@ class IndexView:
             at, self.last = self._entry_ending_at(at)
         return end
 
+    def _tail_digest(self) -> bytes:
+        """The checksum of the last complete line (the header's if there is none)."""
+        last = self.last
+        if last is not None and self._last_end == self.valid_end:
+            return last.digest  # the last line is intact: read already
+        tail = self.digest_before(self.valid_end)
+        assert tail is not None  # valid_end always ends a line (or the header)
+        return tail
+
     def _entry_ending_at(self, end: int) -> tuple[int, Entry | None]:
         start = self.line_start_before(end)
         try:
@@ -315,15 +325,10 @@ class IndexView:
         Raises:
             DamagedIndex: the header fails its checksum or is not a header.
         """
-        try:
-            header = unline(self._header_raw)[2]
-        except DamagedIndex as damage:
-            damage.record = "index"
-            raise
-        if not isinstance(header, dict) or header.get("format") != FORMATS[self.kind]:
-            reason = f"the header is not a statekeeper {self.kind} header"
-            raise DamagedIndex(reason, record="index")
-        return header
+        header = _header(self._header_raw, self.kind)
+        if isinstance(header, DamagedIndex):
+            raise DamagedIndex(str(header), header.checkpoint_id, "index")
+        return dict(header)
 
     def count(self) -> int:
         """How many complete lines the log has (reads it whole)."""
@@ -503,3 +508,15 @@ class IndexView:
         self.size = self.valid_end = end
         self.tail_digest = data[:16]
         self._cache = (0, b"")
+
+
+@functools.lru_cache(maxsize=256)  # a log's header is read at every open, and rarely changes
+def _header(raw: bytes, kind: str) -> Mapping[str, Any] | DamagedIndex:
+    """The header line ``raw`` of a ``kind`` log, checked; or what is wrong with it."""
+    try:
+        header = unline(raw)[2]
+    except DamagedIndex as damage:
+        return damage
+    if not isinstance(header, dict) or header.get("format") != FORMATS[kind]:
+        return DamagedIndex(f"the header is not a statekeeper {kind} header")
+    return MappingProxyType(header)
