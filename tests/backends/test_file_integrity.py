@@ -657,3 +657,22 @@ def test_a_format_2_directory_is_read_as_it_is_read_only_and_upgraded_read_write
     log.write_bytes(log.read_bytes()[: _lines(log)[-1]])  # cut its last line off
     with FileCheckpointer(root) as saver, pytest.raises(CorruptCheckpointError, match="missing"):
         saver.get_tuple(cfg("t"))  # now detected: the upgrade gave the log a head
+
+
+@pytest.mark.parametrize("log", ["checkpoints", "writes"])
+def test_a_damaged_header_is_reported_and_quarantine_keeps_every_line(
+    template: tuple[Path, dict[str, Any]], tmp_path: Path, log: str
+) -> None:
+    """The head still says where the log ends, so only the header is damaged: no
+    checkpoint is given up for it."""
+    source, snapshot = template
+    root = tmp_path / "store"
+    shutil.copytree(source, root)
+    flip(f"{NS}/{log}", 40)[1](root)  # inside the header's JSON
+    with FileCheckpointer(root) as saver:
+        _check_reads(saver, snapshot)
+        found = saver.verify()
+        assert {(d.record, Path(d.path).name) for d in found} >= {("index", log)}
+        saver.verify(quarantine=True)
+        assert saver.verify() == []
+        assert _check_reads(saver, snapshot) == 0  # every checkpoint, with its writes

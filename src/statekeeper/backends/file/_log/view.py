@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any
 
 from statekeeper._storage.files import flush
+from statekeeper.backends.file._log.blocks import LogBlocks
 from statekeeper.backends.file._log.head import Head, head_path, kept, read_head, write_head
 from statekeeper.backends.file._log.lines import (
     CHECKPOINTS,
@@ -46,11 +47,8 @@ from statekeeper.backends.file._log.lines import (
 
 __all__ = ["IndexView", "Lost"]  # Lost: see .lines
 
-_BLOCK = 8192  # bytes read at once; most lines are a few KiB
-_SCAN = 2048  # bytes searched at once for the newline that ends or starts a line
 
-
-class IndexView:
+class IndexView(LogBlocks):
     """One open log (``kind`` :data:`CHECKPOINTS` or :data:`WRITES`): a consistent
     snapshot while it is open.
 
@@ -86,14 +84,8 @@ class IndexView:
         except BaseException:
             self._close_head()
             raise
-        self._cache = (0, b"")  # (offset, bytes): the last block read
         try:
-            self.size = os.fstat(self._fd).st_size
-            header_end = self.find_newline(0)
-            if header_end is None:
-                raise DamagedIndex("the header line is missing or torn", record="index")
-            self._header_raw = self.read(0, header_end)
-            self.data_start = header_end + 1
+            super().__init__(self._fd)
             self.last: Entry | None = None  # the newest intact entry
             self._last_end = 0
             self.valid_end = self._valid_end()
@@ -146,24 +138,27 @@ class IndexView:
         return None
 
     def _check_head(self, problem: DamagedIndex | None, writable: bool) -> None:
-        """Set :attr:`generation` and :attr:`lost`; report lost lines."""
+        """Set :attr:`generation` and :attr:`lost`; report lost lines, and a damaged
+        header (whose generation is then taken to be the head's: if the log still ends
+        where its head says, no line was lost, only the header is damaged)."""
+        header_damage = None
         try:
             generation = self.header().get("generation", 0)
         except DamagedIndex as exc:
-            exc.record = "index"
-            problem = problem or exc
-            generation = 0
+            header_damage, generation = exc, None
         if not isinstance(generation, int):
-            problem, generation = problem or DamagedIndex("malformed header", record="index"), 0
+            header_damage = header_damage or DamagedIndex("malformed header", record="index")
+            generation = self.head.generation if self.head is not None else 0
         self.generation = generation
         if problem is not None:
             self.lost = Lost(problem)
         elif self.head is not None:
             self.lost = self._against(self.head)
-        if self.lost is not None:
-            if writable:
-                raise self.lost.damage
-            self._damaged(self.lost.damage)
+        for damage in (self.lost.damage if self.lost else None, header_damage):
+            if damage is not None:
+                if writable and damage is not header_damage:
+                    raise damage  # never written over: appending would hide the loss
+                self._damaged(damage)
 
     def _against(self, head: Head) -> Lost | None:
         """What the log lacks of what ``head`` says was committed (None: nothing); also
@@ -246,41 +241,6 @@ class IndexView:
 
     # -- low-level reading ------------------------------------------------------------
 
-    def read(self, start: int, end: int) -> bytes:
-        """Bytes [start, end), served from one cached block around them when possible."""
-        offset, block = self._cache
-        if offset <= start and end <= offset + len(block):
-            return block[start - offset : end - offset]
-        if end - start > _BLOCK:
-            return os.pread(self._fd, end - start, start)
-        # centre the block on the request: readers walk backwards, bisection both ways
-        offset = max(0, min(start, end - _BLOCK // 2, self.size - _BLOCK))
-        block = os.pread(self._fd, _BLOCK, offset)
-        self._cache = (offset, block)
-        return block[start - offset : end - offset]
-
-    def find_newline(self, start: int) -> int | None:
-        """Offset of the first newline at or after ``start``, or None before the end."""
-        while start < self.size:
-            chunk = self.read(start, min(self.size, start + _SCAN))
-            at = chunk.find(b"\n")
-            if at != -1:
-                return start + at
-            start += len(chunk)
-        return None
-
-    def line_start_before(self, end: int) -> int:
-        """Start of the line whose newline is at ``end - 1`` (or of the bytes before
-        ``end`` when ``end - 1`` is not a newline: a torn tail)."""
-        pos = end - 1
-        while pos > self.data_start:
-            lo = max(self.data_start, pos - _SCAN)
-            at = self.read(lo, pos).rfind(b"\n")
-            if at != -1:
-                return lo + at + 1
-            pos = lo
-        return self.data_start
-
     def _valid_end(self) -> int:
         """End of the last complete line. Bytes after the last newline are a torn tail
         (what a crash during an append leaves: the line was never acknowledged) and not
@@ -329,10 +289,6 @@ class IndexView:
         if isinstance(header, DamagedIndex):
             raise DamagedIndex(str(header), header.checkpoint_id, "index")
         return dict(header)
-
-    def count(self) -> int:
-        """How many complete lines the log has (reads it whole)."""
-        return os.pread(self._fd, self.valid_end - self.data_start, self.data_start).count(b"\n")
 
     def newest(self, below: str | None = None, limit: int | None = None) -> list[Entry]:
         """Up to ``limit`` entries with ids below ``below`` (all if None), newest first."""
@@ -457,7 +413,7 @@ class IndexView:
         lo, hi = self.data_start, self.valid_end  # lo is always the start of a line
         while lo < hi:
             mid = (lo + hi) // 2
-            start = mid if self.read(mid - 1, mid) == b"\n" else self._after_newline(mid)
+            start = mid if self.read(mid - 1, mid) == b"\n" else self.after_newline(mid)
             if start >= hi:
                 start = lo  # no line starts in [mid, hi): decide on the line at lo
             end = self.find_newline(start)
@@ -480,10 +436,6 @@ class IndexView:
             else:
                 hi = start
         return lo
-
-    def _after_newline(self, pos: int) -> int:
-        at = self.find_newline(pos)
-        return self.valid_end if at is None else at + 1
 
     # -- writing ----------------------------------------------------------------------
 
