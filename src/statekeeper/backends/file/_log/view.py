@@ -47,6 +47,8 @@ from statekeeper.backends.file._log.lines import (
 
 __all__ = ["IndexView", "Lost"]  # Lost: see .lines
 
+_ATTEMPTS = 2  # reads of a log that looks to lack committed lines (see IndexView)
+
 
 class IndexView(LogBlocks):
     """One open log (``kind`` :data:`CHECKPOINTS` or :data:`WRITES`): a consistent
@@ -74,13 +76,31 @@ class IndexView(LogBlocks):
         self.kind = kind
         self.on_damage = on_damage
         self._entry = parser(kind)
+        # A reader racing a writer that replaces a folder whole (a copy into the thread)
+        # may read a head and a log that never belonged together: what looks lost is
+        # read again, at once, before it counts. A writer holds the lock: no race.
+        attempts = _ATTEMPTS if heads and not writable else 1
+        for attempt in range(attempts):
+            self._open(writable=writable, heads=heads)
+            if self.lost is None or attempt == attempts - 1:
+                break
+            self.close()
+        if heads:
+            try:
+                self._report(writable)
+            except BaseException:
+                self.close()
+                raise
+
+    def _open(self, *, writable: bool, heads: bool) -> None:
         self.head: Head | None = None
         self.lost: Lost | None = None
         self.lines: int | None = None  # how many lines, when the head tells cheaply
         self._head_fd: int | None = None
+        self._header_damage: DamagedIndex | None = None
         problem = self._open_head(writable) if heads else None
         try:
-            self._fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)  # FileNotFoundError
+            self._fd = os.open(self.path, os.O_RDWR if writable else os.O_RDONLY)  # ENOENT
         except BaseException:
             self._close_head()
             raise
@@ -92,7 +112,7 @@ class IndexView(LogBlocks):
             self.tail_digest = self._tail_digest()
             self.generation = 0
             if heads:
-                self._check_head(problem, writable)
+                self._check_head(problem)
         except BaseException:
             self.close()
             raise
@@ -137,28 +157,32 @@ class IndexView(LogBlocks):
             os.close(fd)
         return None
 
-    def _check_head(self, problem: DamagedIndex | None, writable: bool) -> None:
-        """Set :attr:`generation` and :attr:`lost`; report lost lines, and a damaged
-        header (whose generation is then taken to be the head's: if the log still ends
-        where its head says, no line was lost, only the header is damaged)."""
-        header_damage = None
+    def _check_head(self, problem: DamagedIndex | None) -> None:
+        """Set :attr:`generation`, :attr:`lost` and a damaged header (whose generation is
+        then taken to be the head's: if the log still ends where its head says, no line
+        was lost, only the header is damaged)."""
         try:
             generation = self.header().get("generation", 0)
         except DamagedIndex as exc:
-            header_damage, generation = exc, None
+            self._header_damage, generation = exc, None
         if not isinstance(generation, int):
-            header_damage = header_damage or DamagedIndex("malformed header", record="index")
+            malformed = DamagedIndex("malformed header", record="index")
+            self._header_damage = self._header_damage or malformed
             generation = self.head.generation if self.head is not None else 0
         self.generation = generation
         if problem is not None:
             self.lost = Lost(problem)
         elif self.head is not None:
             self.lost = self._against(self.head)
-        for damage in (self.lost.damage if self.lost else None, header_damage):
-            if damage is not None:
-                if writable and damage is not header_damage:
-                    raise damage  # never written over: appending would hide the loss
-                self._damaged(damage)
+
+    def _report(self, writable: bool) -> None:
+        """Report lost lines and a damaged header (as damaged lines are reported)."""
+        if self.lost is not None:
+            if writable:
+                raise self.lost.damage  # never written over: appending would hide the loss
+            self._damaged(self.lost.damage)
+        if self._header_damage is not None:
+            self._damaged(self._header_damage)
 
     def _against(self, head: Head) -> Lost | None:
         """What the log lacks of what ``head`` says was committed (None: nothing); also
