@@ -27,6 +27,7 @@ before its head was written, and is taken as it is.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -89,6 +90,7 @@ def _slot(head: Head) -> bytes:
     return data.ljust(SLOT - 1, b" ") + b"\n"
 
 
+@functools.lru_cache(maxsize=1024)  # a head is read at every open of its log
 def _parse(data: bytes, kind: str) -> Head | None:
     """The head in one slot, or None if the slot is not intact."""
     body = data.rstrip(b" \n")
