@@ -194,10 +194,25 @@ _CHILD = textwrap.dedent(
         report["listed"] = len(list(saver.list(None)))
         report["writes"] = len(saver.get_writes(latest.config))
         report["api_verify"] = saver.verify()
-        try:
-            saver.put_writes(latest.config, [("log", "x")], "task")
-        except ReadOnlyError as error:
-            report["write"] = str(error)
+        copied = dict(latest.checkpoint, id="1" + latest.checkpoint["id"][1:])
+        writes = {
+            "put": lambda: saver.put(latest.config, copied, {}, {}),
+            "put_writes": lambda: saver.put_writes(latest.config, [("log", "x")], "task"),
+            "delete_thread": lambda: saver.delete_thread("t"),
+            "delete_for_runs": lambda: saver.delete_for_runs(["run"]),
+            "copy_thread": lambda: saver.copy_thread("t", "copy"),
+            "prune": lambda: saver.prune(["t"]),
+            "claim_thread": lambda: saver.claim_thread("t").__enter__(),
+            "repair": lambda: saver.verify(repair=True),
+            "quarantine": lambda: saver.verify(quarantine=True),
+        }
+        report["writes_refused"] = []
+        for name, write in writes.items():
+            try:
+                write()
+            except ReadOnlyError as error:
+                report["writes_refused"].append(name)
+                report["write"] = str(error)
     with open_store("file://" + memory) as store:
         report["store_read_only"] = store.read_only
         report["item"] = store.get(("notes",), "k1").value
@@ -260,6 +275,17 @@ def test_a_read_only_mount_is_read_by_the_api_and_the_cli_and_nothing_is_created
     assert report["listed"] == len(seen["all"])
     assert report["writes"] == len(seen["writes"])
     assert report["api_verify"] == []
+    assert report["writes_refused"] == [
+        "put",
+        "put_writes",
+        "delete_thread",
+        "delete_for_runs",
+        "copy_thread",
+        "prune",
+        "claim_thread",
+        "repair",
+        "quarantine",
+    ]
     assert "read-only" in report["write"]
     assert "read-only" in report["store_write"]
     assert report["item"] == {"text": "likes tea"}
