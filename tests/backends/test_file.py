@@ -134,8 +134,9 @@ def all_files(root: Path) -> list[Path]:
 
 
 def log_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON of every line of a ``checkpoints`` or ``writes`` log, header first."""
-    return [json.loads(line.split(" ", 1)[1]) for line in path.read_text().splitlines()]
+    """The JSON of every line of a ``checkpoints`` or ``writes`` log, header first (after
+    a line's checksum and, but for the header, the checksum it chains to)."""
+    return [json.loads(line[line.index("{") :]) for line in path.read_text().splitlines()]
 
 
 def stored_records(root: Path, channel: str, thread: str = "t") -> dict[str, dict[str, Any]]:
@@ -239,10 +240,17 @@ def test_layout_is_a_folder_per_thread_with_readable_json(saver: Any, root: Path
     second = put_step(saver, first, versions, 4)  # blob is not new: not written again
 
     ns_dir = root / "threads" / "^thread-1" / "~"
-    assert sorted(p.name for p in ns_dir.iterdir()) == ["checkpoints", "values", "writes"]
+    assert sorted(p.name for p in ns_dir.iterdir()) == [
+        "checkpoints",
+        "checkpoints.head",
+        "values",
+        "writes",
+        "writes.head",
+    ]
+    assert sorted(p.name for p in ns_dir.parent.iterdir()) == ["@namespaces", "~"]
     records = log_lines(ns_dir / "checkpoints")
     assert records[0]["thread_id"] == "Thread-1"
-    assert records[0]["version"] == 2
+    assert (records[0]["version"], records[0]["generation"]) == (3, 1)
     assert [r["checkpoint_id"] for r in records[1:]] == [cp_id(first), cp_id(second)]
     assert records[1]["metadata"] == {"note": "héllo", "step": 3}
     assert records[2]["parent_checkpoint_id"] == cp_id(first)
@@ -515,18 +523,22 @@ def test_a_damaged_value_file_raises_naming_thread_checkpoint_and_file(
 
 
 def test_a_damaged_writes_line_raises_and_is_never_overwritten(saver: Any, root: Path) -> None:
-    configs = _history(saver, 3)
+    configs = _history(saver, 5)
     path = root / "threads" / "t" / "~" / "writes"
-    _flip_byte(path, _writes_line(root, configs[1]) + 70)
+    _flip_byte(path, _writes_line(root, configs[2]) + 70)
     damaged = path.read_bytes()
 
     with pytest.raises(CorruptCheckpointError, match="checksum mismatch") as info:
-        saver.get_tuple(configs[1])
-    assert (info.value.path, info.value.checkpoint_id) == (str(path), cp_id(configs[1]))
+        saver.get_tuple(configs[2])
+    assert (info.value.path, info.value.checkpoint_id) == (str(path), cp_id(configs[2]))
     with pytest.raises(CorruptCheckpointError):
-        saver.put_writes(configs[1], [("log", "more")], "task-new")
+        saver.put_writes(configs[2], [("log", "more")], "task-new")
     assert path.read_bytes() == damaged
-    for config in (configs[0], configs[2]):  # the other checkpoints' writes still read
+    # the id a damaged line shows cannot be trusted: it may be a line of either neighbour
+    for config in (configs[1], configs[3]):
+        with pytest.raises(CorruptCheckpointError, match="checksum mismatch"):
+            saver.get_tuple(config)
+    for config in (configs[0], configs[4]):  # the other checkpoints' writes still read
         check_loaded(saver.get_tuple(config))
         step = saver.get_tuple(config).metadata["step"]
         assert writes_of(saver.get_tuple(config)) == [(f"task-{step}", "log", f"w{step}")]
@@ -582,13 +594,14 @@ def test_verify_lists_damage_and_quarantine_moves_it_aside(saver: Any, root: Pat
     checkpoints = root / "threads" / "t" / "~" / "checkpoints"
     assert "checksum mismatch" in by_path[(str(blob), None)]
     assert "checksum mismatch" in by_path[(str(writes), cp_id(configs[0]))]
-    for i in (0, 2, 3, 4):  # step 1 (its writes) and steps 3-5 (the blob)
+    # steps 1 and 2 (writes: the damaged line may be either's) and 3-5 (the blob)
+    for i in (0, 1, 2, 3, 4):
         assert (str(checkpoints), cp_id(configs[i])) in by_path
-    assert len(found) == 6
+    assert len(found) == 7
 
     assert saver.verify(quarantine=True) == found
     assert saver.verify() == []
-    assert [t.config for t in saver.list(cfg("t"))] == [configs[5], configs[1]]
+    assert [t.config for t in saver.list(cfg("t"))] == [configs[5]]
     for tup in saver.list(cfg("t")):
         check_loaded(tup)
     kept = {p.name: p.read_bytes() for p in all_files(root / "quarantine")}
@@ -598,16 +611,23 @@ def test_verify_lists_damage_and_quarantine_moves_it_aside(saver: Any, root: Pat
 
 
 def _rewrite_line(path: Path, at: int, change: Callable[[dict[str, Any]], None]) -> None:
-    """Change the JSON of the line starting at ``at`` and give it a matching checksum (the
-    first 16 hex digits of the SHA-256 of its JSON, docs/file-backend.md): what a bug or a
-    hand edit could leave, which no checksum catches."""
-    data = path.read_bytes()
-    end = data.index(b"\n", at)
-    record = json.loads(data[at + 17 : end])
-    change(record)
-    raw = json.dumps(record, separators=(",", ":")).encode()
-    line = hashlib.sha256(raw).hexdigest()[:16].encode() + b" " + raw
-    path.write_bytes(data[:at] + line + data[end:])
+    """Change the JSON of the line starting at ``at``, and write the log again with its
+    checksums, chain and head to match (docs/file-backend.md), as a bug in a writer could:
+    damage that no checksum catches, only what a reader checks of the JSON itself."""
+    from statekeeper.backends.file._log.lines import Entry
+    from statekeeper.backends.file._log.write import rewrite
+
+    lines = path.read_bytes().split(b"\n")[:-1]
+    header = json.loads(lines[0][lines[0].index(b"{") :])
+    entries, offset = [], len(lines[0]) + 1
+    for line in lines[1:]:
+        record = json.loads(line[line.index(b"{") :])
+        if offset == at:
+            change(record)
+        raw = json.dumps(record, separators=(",", ":")).encode()
+        entries.append(Entry(record["checkpoint_id"], None, None, record, raw))
+        offset += len(line) + 1
+    rewrite(path, path.name, header["thread_id"], header["checkpoint_ns"], entries, durable=False)
 
 
 def test_verify_reports_a_malformed_writes_line_once_and_quarantine_drops_it(
@@ -994,16 +1014,16 @@ def test_a_shortened_folder_whose_header_names_another_thread_is_damage(root: Pa
 def test_a_new_directory_is_durable_before_it_is_used(
     root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statekeeper.backends.file import _records as _file_store
+    from statekeeper.backends.file import _directory
 
     synced: list[tuple[Path, bool]] = []
-    real = _file_store._sync_dir
+    real = _directory.sync_dir
 
     def record(path: Path) -> None:
         synced.append((path, (root / "threads").is_dir()))
         real(path)
 
-    monkeypatch.setattr(_file_store, "_sync_dir", record)
+    monkeypatch.setattr(_directory, "sync_dir", record)
     FileCheckpointer(root).close()
     assert (root, True) in synced  # threads/ (and the rest) exist in a flushed root
 
@@ -1011,8 +1031,8 @@ def test_a_new_directory_is_durable_before_it_is_used(
 def test_quarantine_flushes_its_copy_before_rewriting_the_checkpoints_file(
     saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statekeeper.backends.file import _index as _file_index
     from statekeeper.backends.file import _verify as _file_verify
+    from statekeeper.backends.file._log import write as _file_index
 
     configs = _history(saver, 3)
     _flip_byte(_value_file(root, configs[-1], "blob", saver))

@@ -231,12 +231,32 @@ class KeyLocks:
             yield
 
     @contextlib.contextmanager
-    def _flock(self, name: str, deadline: float) -> Iterator[None]:
+    def hold_shared(self, *names: str) -> Iterator[None]:
+        """Share the locks of every name whose lock file exists, for the block: a reader
+        that must not change the storage (a read-only one) waits for writers without
+        creating a lock file. A name without one is not locked (no writer has used it).
+
+        Raises:
+            StorageError: a writer held a lock for ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + self.timeout
+        with contextlib.ExitStack() as stack:
+            for name in sorted(set(names)):
+                stack.enter_context(self._flock(name, deadline, shared=True))
+            yield
+
+    @contextlib.contextmanager
+    def _flock(self, name: str, deadline: float, *, shared: bool = False) -> Iterator[None]:
         import fcntl
 
         path = self.directory / name
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(path, os.O_RDONLY if shared else os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError as exc:
+            if not shared:
+                raise storage_error(exc, "open the lock file", path) from exc
+            yield  # no lock file: nothing to share (and nothing is created)
+            return
         except OSError as exc:
             raise storage_error(exc, "open the lock file", path) from exc
         _held_fds[fd] = threading.get_ident()
@@ -244,7 +264,7 @@ class KeyLocks:
             pause = 0.0005
             while True:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
                     if time.monotonic() >= deadline:

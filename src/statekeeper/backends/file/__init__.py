@@ -6,10 +6,50 @@ logs (``docs/file-backend.md``); the memory store keeps one JSON file per item.
 
 from __future__ import annotations
 
+from typing import NamedTuple, TypedDict
+
+from statekeeper.checkpointers.semantics import MODES, check_choice
 from statekeeper.errors import ConfigurationError
 from statekeeper.urls import StorageURL
 
-__all__ = ["directory_path"]
+__all__ = ["DirectoryOptions", "Opening", "directory_path", "opening"]
+
+
+class DirectoryOptions(TypedDict, total=False):
+    """How the checkpointer and the memory store open their directory (keywords, or the
+    URL's query string): ``mode`` ``"rw"`` (default) or ``"ro"`` (read only: nothing is
+    created or changed; also chosen when the directory is not writable),
+    ``lock_timeout`` (seconds a writer waits for a lock, default 30) and ``fsync``
+    (flush every write to disk before it counts, default true)."""
+
+    mode: str
+    lock_timeout: float
+    fsync: bool
+
+
+class Opening(NamedTuple):
+    """:class:`DirectoryOptions`, checked, with their defaults."""
+
+    read_only: bool
+    lock_timeout: float
+    fsync: bool
+
+
+def opening(options: DirectoryOptions) -> Opening:
+    """Check ``options`` and fill in the defaults.
+
+    Raises:
+        ConfigurationError: an unknown option, or a value out of range.
+    """
+    unknown = sorted(set(options) - set(DirectoryOptions.__annotations__))
+    if unknown:
+        known = ", ".join(DirectoryOptions.__annotations__)
+        raise ConfigurationError(f"unknown option {unknown[0]!r}; known options: {known}")
+    mode = check_choice("mode", options.get("mode", "rw"), MODES)
+    lock_timeout = options.get("lock_timeout", 30.0)
+    if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
+        raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
+    return Opening(mode == "ro", float(lock_timeout), bool(options.get("fsync", True)))
 
 
 def directory_path(url: StorageURL) -> str:

@@ -3,7 +3,9 @@
 ::
 
     <namespace>/checkpoints              one line per checkpoint, with its small values
-    <namespace>/writes                   one line per put_writes call (see _file_index)
+    <namespace>/writes                   one line per put_writes call (see _log.lines)
+    <namespace>/checkpoints.head         how far each log's committed lines reach (_log.head)
+    <namespace>/writes.head
     <namespace>/values/<channel>@<ver>   a record: one large channel value at one version
 
 Reading returns payloads as ``(type, codec, bytes)``; decoding them with the saver's serde
@@ -36,16 +38,19 @@ from statekeeper._storage.files import (
     sync_dir,
     unpack_record,
 )
-from statekeeper.backends.file import _index as _file_index
-from statekeeper.backends.file._index import (
+from statekeeper.backends.file._layout import decode_name, value_file_name
+from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.head import head_path, read_head
+from statekeeper.backends.file._log.lines import (
     CHECKPOINTS,
+    RECORDS,
     WRITES,
     DamagedIndex,
     Entry,
-    IndexView,
     make_entry,
 )
-from statekeeper.backends.file._layout import decode_name, value_file_name
+from statekeeper.backends.file._log.manifest import listed
+from statekeeper.backends.file._log.view import IndexView, Lost
 from statekeeper.errors import CorruptCheckpointError, Damage
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "Payload",
     "WriteRow",
     "corrupt_error",
+    "has_lines",
     "names_in",
     "read_record",
     "record_names",
@@ -71,20 +77,25 @@ Meta = dict[str, Any]
 
 class Missing(FileNotFoundError):
     """Something a checkpoint needs is not there: ``args[0]`` is the path, ``reason`` says
-    what is missing (a file, or the line that holds a value)."""
+    what is missing (a file, or the line that holds a value), ``record`` its kind."""
 
-    def __init__(self, path: Path | str, reason: str = "the file is missing") -> None:
+    def __init__(
+        self, path: Path | str, reason: str = "the file is missing", record: str = "value"
+    ) -> None:
         super().__init__(str(path))
         self.reason = reason
+        self.record = record
 
 
 class Damaged(Exception):
-    """A stored file is not intact: ``path`` and a human ``reason``."""
+    """A stored file is not intact: ``path``, a human ``reason``, and the kind of record
+    at fault (``record``, as in :class:`~statekeeper.errors.Damage`)."""
 
-    def __init__(self, path: Path | str, reason: str) -> None:
+    def __init__(self, path: Path | str, reason: str, record: str = "value") -> None:
         super().__init__(f"{path}: {reason}")
         self.path = Path(path)
         self.reason = reason
+        self.record = record
 
 
 def read_record(path: Path, kind: str) -> tuple[Meta, list[bytes]]:
@@ -117,9 +128,10 @@ def short(text: str | None) -> str:
 
 
 def corrupt_error(
-    n: Namespace, checkpoint_id: str | None, path: Path | str, reason: str
+    n: Namespace, checkpoint_id: str | None, path: Path | str, reason: str, record: str | None
 ) -> CorruptCheckpointError:
-    """The error for damage met in ``n``, naming the thread, checkpoint and file."""
+    """The error for damage met in ``n``, naming the thread, checkpoint, file and the kind
+    of record at fault."""
     which = f"checkpoint {short(checkpoint_id)}" if checkpoint_id else "a checkpoint"
     return CorruptCheckpointError(
         f"{which} of thread {short(n.thread_id)} (namespace {short(n.ns)}) is damaged: "
@@ -131,6 +143,7 @@ def corrupt_error(
             thread_id=n.thread_id,
             checkpoint_ns=n.ns,
             checkpoint_id=checkpoint_id,
+            record=record,
             path=str(path),
         ),
     )
@@ -142,12 +155,13 @@ def reporting(n: Namespace, checkpoint_id: str | None = None) -> Iterator[None]:
     try:
         yield
     except Damaged as damage:
-        raise corrupt_error(n, checkpoint_id, damage.path, damage.reason) from None
+        raise corrupt_error(n, checkpoint_id, damage.path, damage.reason, damage.record) from None
     except DamagedIndex as damage:
-        raise corrupt_error(n, checkpoint_id, n.index, str(damage)) from None
+        raise corrupt_error(n, checkpoint_id, n.index, str(damage), damage.record) from None
     except FileNotFoundError as missing:
         reason = getattr(missing, "reason", "the file is missing")
-        raise corrupt_error(n, checkpoint_id, str(missing), reason) from None
+        record = getattr(missing, "record", "value")
+        raise corrupt_error(n, checkpoint_id, str(missing), reason, record) from None
 
 
 def names_in(folder: Path) -> Iterator[str]:
@@ -195,12 +209,14 @@ def record_names(folder: Path) -> Iterator[str]:
 @dataclass(frozen=True)
 class Namespace:
     """One (thread, namespace) and its folder; ``durable`` says whether writes are
-    flushed to disk before they count (the checkpointer's ``fsync`` option)."""
+    flushed to disk before they count (the checkpointer's ``fsync`` option), ``heads``
+    whether its logs have heads to be checked against (a directory in format 3)."""
 
     thread_id: str
     ns: str
     dir: Path
     durable: bool = True
+    heads: bool = True
 
     @functools.cached_property
     def index(self) -> Path:
@@ -221,27 +237,59 @@ class Namespace:
         """Every line of ``checkpoints`` (deleted ones' too), oldest first; ``[]`` if none.
 
         Raises:
-            DamagedIndex: a line is damaged (a rewrite must not drop it).
+            DamagedIndex: a line is damaged or lost (a rewrite must not drop it).
         """
         try:
-            with IndexView(self.index) as view:
+            with IndexView(self.index, heads=self.heads) as view:
                 return view.all(strict=True)
         except (FileNotFoundError, NotADirectoryError):
+            if (lost := self.missing(CHECKPOINTS)) is not None:
+                raise lost.damage from None
             return []
 
     def write_entries(self) -> list[Entry]:
         """Every line of ``writes``, in file order; ``[]`` if there is none.
 
         Raises:
-            Damaged: a line is damaged (a rewrite must not drop it).
+            Damaged: a line is damaged or lost (a rewrite must not drop it).
         """
         try:
-            with IndexView(self.writes_log, kind=WRITES) as view:
+            with IndexView(self.writes_log, kind=WRITES, heads=self.heads) as view:
                 return view.all(strict=True)
         except (FileNotFoundError, NotADirectoryError):
+            if (lost := self.missing(WRITES)) is not None:
+                raise Damaged(self.writes_log, str(lost.damage), "writes") from None
             return []
         except DamagedIndex as damage:
-            raise Damaged(self.writes_log, str(damage)) from None
+            raise Damaged(self.writes_log, str(damage), damage.record) from None
+
+    def missing(self, kind: str) -> Lost | None:
+        """Why it is damage that the log ``kind`` of this namespace is missing: its head
+        says lines were committed to it, or (``checkpoints``) its ``writes`` log has
+        lines, or (``writes``) its ``checkpoints`` log exists, or the thread's manifest
+        lists the namespace. None when nothing was committed to it (it was never
+        created, creating it was interrupted, or the thread was deleted meanwhile).
+
+        Raises:
+            DamagedIndex: the manifest is damaged (when it had to be read).
+        """
+        log = self.dir / kind
+        record = RECORDS[kind]
+        if self.heads and (lost := _missing_by_head(log, kind)) is not None:
+            return lost
+        other = self.index if kind == WRITES else self.writes_log
+        if kind == WRITES and other.exists():
+            reason = f"its {kind} log is missing while its checkpoints log is there"
+            return Lost(DamagedIndex(reason, record=record))
+        if kind == CHECKPOINTS and has_lines(other, WRITES):
+            reason = "its checkpoints log is missing while its writes log has lines"
+            return Lost(DamagedIndex(reason, record=record))
+        if self.heads and self.ns in listed(self.dir.parent, self.thread_id):
+            reason = (
+                f"the thread's manifest lists namespace {self.ns!r}, but its {kind} log is missing"
+            )
+            return Lost(DamagedIndex(reason, record=record))
+        return None
 
     # -- reading -----------------------------------------------------------------------
 
@@ -252,12 +300,14 @@ class Namespace:
             return entry.record["type"], entry.record["codec"], body
         except (KeyError, TypeError, binascii.Error) as exc:
             reason = f"malformed line of checkpoint {entry.checkpoint_id!r} ({exc!r})"
-            raise Damaged(self.index, reason) from None
+            raise Damaged(self.index, reason, "checkpoint") from None
 
     def _writes_view(self, *, writable: bool = False) -> IndexView:
         # Damage in another checkpoint's lines is verify()'s to report; lines_of raises
         # for damage that is, or may be, this checkpoint's.
-        return IndexView(self.writes_log, lambda _: None, writable=writable, kind=WRITES)
+        return IndexView(
+            self.writes_log, lambda _: None, writable=writable, kind=WRITES, heads=self.heads
+        )
 
     def write_rows(self, checkpoint_id: str, view: IndexView | None = None) -> list[WriteRow]:
         """A checkpoint's pending writes as ``(task_id, idx, channel, task_path, type,
@@ -275,9 +325,12 @@ class Namespace:
             else:
                 lines = view.lines_of(checkpoint_id)
         except (FileNotFoundError, NotADirectoryError):
+            lost = self.missing(WRITES)
+            if lost is not None and lost.covers(checkpoint_id):
+                raise Damaged(self.writes_log, str(lost.damage), "writes") from None
             return []
         except DamagedIndex as damage:
-            raise Damaged(self.writes_log, str(damage)) from None
+            raise Damaged(self.writes_log, str(damage), damage.record) from None
         merged: dict[tuple[str, int], WriteRow] = {}
         try:
             for line in lines:
@@ -289,7 +342,7 @@ class Namespace:
                         merged[key] = (*key, channel, record["task_path"], type_, codec, blob)
         except (KeyError, TypeError, ValueError, binascii.Error) as exc:
             reason = f"malformed writes line of checkpoint {checkpoint_id!r} ({exc!r})"
-            raise Damaged(self.writes_log, reason) from None
+            raise Damaged(self.writes_log, reason, "writes") from None
         return sorted(merged.values(), key=lambda r: writes_sort_key(r[3], r[0], r[1]))
 
     # -- writing (the caller holds the thread's lock) -----------------------------------
@@ -325,9 +378,9 @@ class Namespace:
                 }
             )
             try:
-                _file_index.commit(view, entry, self.thread_id, self.ns, durable=self.durable)
+                _log.commit(view, entry, self.thread_id, self.ns, durable=self.durable)
             except DamagedIndex as damage:
-                raise Damaged(self.writes_log, str(damage)) from None
+                raise Damaged(self.writes_log, str(damage), damage.record) from None
             except OSError as exc:
                 raise storage_error(exc, "update", self.writes_log) from exc
 
@@ -346,3 +399,36 @@ class Namespace:
                 sync_dir(folder)
             except OSError as exc:
                 raise storage_error(exc, "flush the directory", folder) from exc
+
+
+def _missing_by_head(log: Path, kind: str) -> Lost | None:
+    """Lost lines of the missing log at ``log`` that its head tells of."""
+    path = head_path(log)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        head = read_head(fd, path, kind)
+    except DamagedIndex as damage:
+        return Lost(damage)
+    finally:
+        os.close(fd)
+    if head.lines == 0:
+        return None  # created, nothing committed (an interrupted namespace creation)
+    reason = (
+        f"its {kind} log is missing, but its head says {head.lines} lines (the last of "
+        f"checkpoint {head.newest!r}) were committed"
+    )
+    return Lost(DamagedIndex(reason, head.newest, RECORDS[kind]), None, head.newest)
+
+
+def has_lines(log: Path, kind: str) -> bool:
+    """Whether the log at ``log`` has a line (intact or not), or cannot be read at all."""
+    try:
+        with IndexView(log, lambda _: None, kind=kind) as view:
+            return view.valid_end > view.data_start
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except DamagedIndex:
+        return True

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from statekeeper._storage.files import storage_error
 from statekeeper._storage.lineage import keep_latest_ids
-from statekeeper.backends.file import _index as _file_index
-from statekeeper.backends.file._index import CHECKPOINTS, WRITES, Entry
 from statekeeper.backends.file._layout import value_file_name
+from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, Entry
 from statekeeper.backends.file._namespace import (
     Damaged,
     Namespace,
@@ -67,12 +67,10 @@ def drop(store: Store, n: Namespace, entries: list[Entry], doomed: set[str]) -> 
     with reporting(n):
         writes = n.write_entries()
     try:
-        _file_index.rewrite(n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable)
+        _log.rewrite(n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable)
         if any(e.checkpoint_id in doomed for e in writes):
             left = [e for e in writes if e.checkpoint_id not in doomed]
-            _file_index.rewrite(
-                n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable
-            )
+            _log.rewrite(n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable)
     except OSError as exc:
         raise storage_error(exc, "delete checkpoints in", n.dir) from exc
     collect_values(store, n, files_of(kept))

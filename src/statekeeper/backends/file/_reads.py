@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.deltas import RecentPayloads
 from statekeeper._storage.lineage import assemble_history
 from statekeeper._storage.payload import decode
-from statekeeper.backends.file._index import Entry
+from statekeeper.backends.file._log.lines import Entry
 from statekeeper.backends.file._namespace import (
     Damaged,
     Namespace,
@@ -72,9 +72,10 @@ class Reader:
             if next(self.store.newest(n, None, checkpoint_id), None) is None:
                 return None  # deleted (pruned, thread removed) while we read it: not damage
             reason = getattr(missing, "reason", "the file is missing")
-            error = corrupt_error(n, checkpoint_id, missing.args[0], reason)
+            record = getattr(missing, "record", "value")
+            error = corrupt_error(n, checkpoint_id, missing.args[0], reason, record)
         except Damaged as damage:
-            error = corrupt_error(n, checkpoint_id, damage.path, damage.reason)
+            error = corrupt_error(n, checkpoint_id, damage.path, damage.reason, damage.record)
         if may_skip and self.store.lenient:
             log.warning("%s; skipped, using an older checkpoint (on_corrupt='fallback')", error)
             return None
@@ -114,7 +115,9 @@ class Reader:
                 if checkpoint_id in self.seen:
                     return self.seen[checkpoint_id]
                 if not opened:  # open the file only for values stored by other lines
-                    opened.append(lines_of(stack.enter_context(self.store.index(self.n)), entry))
+                    opened.append(
+                        lines_of(stack.enter_context(self.store.index(self.n, again=True)), entry)
+                    )
                 return opened[0](checkpoint_id)
 
             known = Known(self.recent, self.memo)

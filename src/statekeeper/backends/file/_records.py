@@ -2,10 +2,11 @@
 
 ::
 
-    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 2}
+    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 3}
+    <root>/threads/<thread>/@namespaces       the thread's manifest (_log.manifest)
     <root>/threads/<thread>/<namespace>/      one folder per (thread, namespace); names
-        checkpoints                           from _file_layout.file_name; the files in
-        writes                                it are described in _file_namespace
+        checkpoints, checkpoints.head         from _layout.file_name; the files in
+        writes, writes.head                   it are described in _namespace
         values/<channel>@<version>
     <root>/locks/<thread>                     flock targets: the thread's checkpoints,
     <root>/locks/<thread>@writes              and its pending writes
@@ -21,7 +22,6 @@ place, so a copied thread shares them through hard links; the ``checkpoints`` an
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -30,26 +30,27 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper._storage.files import (
-    TEMP_PREFIX,
     KeyLocks,
     read_bytes,
     replace_file,
     storage_error,
 )
 from statekeeper._storage.files import sync_dir as _sync_dir
-from statekeeper.backends.file import _index as _file_index
-from statekeeper.backends.file._index import (
-    CHECKPOINTS,
-    WRITES,
-    DamagedIndex,
-    Entry,
-    IndexView,
+from statekeeper.backends.file._directory import (
+    VERSION,
+    WRITES_LOCK,
+    open_directory,
+    thread_locks,
 )
 from statekeeper.backends.file._layout import (
     decode_name,
     file_name,
     is_hashed,
 )
+from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex, Entry
+from statekeeper.backends.file._log.manifest import MANIFEST, listed, write_manifest
+from statekeeper.backends.file._log.view import IndexView
 from statekeeper.backends.file._namespace import (
     SUBDIRS,
     Namespace,
@@ -58,35 +59,13 @@ from statekeeper.backends.file._namespace import (
     reporting,
 )
 from statekeeper.backends.file._retire import replace
-from statekeeper.errors import (
-    ConfigurationError,
-    CorruptCheckpointError,
-    Damage,
-    SchemaVersionError,
-)
+from statekeeper.errors import CorruptCheckpointError, Damage
 
-__all__ = [
-    "CLAIMS_DIR",
-    "FORMAT_FILE",
-    "WRITES_LOCK",
-    "Store",
-    "thread_locks",
-    "trash_lock",
-    "trash_name",
-]
+__all__ = ["CLAIMS_DIR", "Store", "thread_locks", "trash_lock", "trash_name"]
 
-FORMAT_FILE = "statekeeper.json"
 # Beside threads/, never inside it: no thread, namespace or lock name can be this folder.
 CLAIMS_DIR = "claims"
-# The suffix of a thread's second lock: "@" never occurs in a file_name, so it names no thread.
-WRITES_LOCK = "@writes"
-_FORMAT = {"format": "statekeeper-file", "version": 2}
 log = logging.getLogger("statekeeper.backends.file.checkpointer")
-
-
-def thread_locks(name: str) -> tuple[str, str]:
-    """Both lock names of the thread folder ``name``, in the order they are taken."""
-    return name, name + WRITES_LOCK
 
 
 def trash_name(kind: str, lock: str) -> str:
@@ -109,10 +88,15 @@ class Store:
     """The directory of one file checkpointer (see the module docstring).
 
     ``lenient`` (``on_corrupt="fallback"``) logs and skips damaged checkpoint lines
-    instead of raising; ``durable`` (``fsync=True``) flushes every write to disk.
+    instead of raising; ``durable`` (``fsync=True``) flushes every write to disk;
+    ``read_only`` (``mode="ro"``, also set when the directory is not writable) creates
+    and changes nothing. ``heads`` says whether the logs have heads (format 3; a format
+    2 directory opened read-only has none).
     """
 
-    def __init__(self, root: Path, lock_timeout: float, *, lenient: bool, durable: bool):
+    def __init__(
+        self, root: Path, lock_timeout: float, *, lenient: bool, durable: bool, read_only: bool
+    ):
         self.root = root
         self.lenient = lenient
         self.durable = durable
@@ -121,48 +105,11 @@ class Store:
         self.trash = root / "trash"
         self.locks = KeyLocks(root / "locks", lock_timeout)  # fails first where no flock
         try:
-            self._initialise()
+            opened = open_directory(root, read_only=read_only, durable=durable, locks=self.locks)
         except OSError as exc:
             raise storage_error(exc, "set up the checkpoint directory", root) from exc
-
-    def _initialise(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        marker = self.root / FORMAT_FILE
-        try:
-            found = json.loads(read_bytes(marker))
-        except FileNotFoundError:
-            strays = [p for p in self.root.iterdir() if not p.name.startswith(TEMP_PREFIX)]
-            if strays:
-                raise ConfigurationError(
-                    f"{str(self.root)!r} is not empty and holds no {FORMAT_FILE}, so it is "
-                    "not a statekeeper file store; choose a new or empty directory"
-                ) from None
-            replace_file(marker, json.dumps(_FORMAT).encode() + b"\n")
-            _sync_dir(self.root)
-            found = _FORMAT
-        except ValueError:
-            found = {}
-        if not isinstance(found, dict) or found.get("format") != _FORMAT["format"]:
-            raise ConfigurationError(f"{str(marker)!r} is not a statekeeper format marker")
-        if not isinstance(found.get("version"), int) or found["version"] > _FORMAT["version"]:
-            raise SchemaVersionError(
-                f"{str(self.root)!r} uses file format version {found.get('version')!r}, "
-                f"newer than this statekeeper understands ({_FORMAT['version']}); upgrade it"
-            )
-        if found["version"] < _FORMAT["version"]:
-            raise SchemaVersionError(
-                f"{str(self.root)!r} uses file format version {found['version']}, which this "
-                f"statekeeper no longer reads (it writes version {_FORMAT['version']}); to "
-                "keep its threads, open it with the statekeeper that wrote it and put every "
-                "checkpoint (with its writes) into a new directory, or start a new directory"
-            )
-        created = False
-        for sub in (self.threads, self.root / "locks", self.quarantine, self.trash):
-            with contextlib.suppress(FileExistsError):
-                sub.mkdir()
-                created = True
-        if created:  # else a power loss could lose threads/ with everything put in it
-            _sync_dir(self.root)
+        self.read_only = opened.read_only
+        self.heads = opened.version == VERSION  # (the other one read is 2, without heads)
 
     def sync(self, *folders: Path) -> None:
         """Make the creations, renames and removals in ``folders`` durable."""
@@ -193,7 +140,7 @@ class Store:
 
     def namespace(self, thread_id: str, ns: str) -> Namespace:
         folder = self.thread_dir(thread_id) / file_name(ns)
-        return Namespace(thread_id, ns, folder, self.durable)
+        return Namespace(thread_id, ns, folder, self.durable, self.heads)
 
     def thread_ids(self) -> list[str]:
         """Every thread that has a namespace folder with a ``checkpoints`` file."""
@@ -211,7 +158,13 @@ class Store:
         return found
 
     def namespaces(self, thread_id: str) -> list[Namespace]:
-        """The namespaces of ``thread_id`` that have a ``checkpoints`` file."""
+        """The namespaces of ``thread_id`` that have a ``checkpoints`` file, and those its
+        manifest lists whose folder or logs are gone (reading them raises).
+
+        Raises:
+            CorruptCheckpointError: a shortened folder's header, or the manifest, is
+                damaged.
+        """
         thread_dir = self.thread_dir(thread_id)
         found = []
         for name in names_in(thread_dir):
@@ -219,18 +172,35 @@ class Store:
                 header = self._header(thread_dir / name / "checkpoints")
                 if header is None:
                     continue
-                n = Namespace(thread_id, header["checkpoint_ns"], thread_dir / name, self.durable)
+                n = self.namespace(thread_id, header["checkpoint_ns"])
                 if header["thread_id"] != thread_id or file_name(n.ns) != name:
-                    raise corrupt_error(n, None, n.index, "its header names another thread")
+                    n = Namespace(thread_id, n.ns, thread_dir / name, self.durable, self.heads)
+                    raise corrupt_error(
+                        n, None, n.index, "its header names another thread", "index"
+                    )
                 found.append(n)
                 continue
             try:
-                n = Namespace(thread_id, decode_name(name), thread_dir / name, self.durable)
+                n = self.namespace(thread_id, decode_name(name))
             except ValueError:
                 continue  # not ours (a stray file a user or tool left)
             if n.index.exists():
                 found.append(n)
+        if self.heads:
+            found += self._listed_but_gone(thread_id, {n.ns for n in found})
         return found
+
+    def _listed_but_gone(self, thread_id: str, present: set[str]) -> list[Namespace]:
+        """Namespaces the thread's manifest lists that are not in ``present``."""
+        try:
+            names = listed(self.thread_dir(thread_id), thread_id)
+        except DamagedIndex as damage:
+            if self.lenient:
+                log.warning("skipping the damaged manifest of thread %r: %s", thread_id, damage)
+                return []
+            n = self.namespace(thread_id, "")
+            raise corrupt_error(n, None, n.dir.parent, str(damage), "index") from None
+        return [self.namespace(thread_id, ns) for ns in sorted(names - present)]
 
     def scope(self, thread_id: str | None, ns: str | None) -> list[Namespace]:
         """The namespaces ``list`` reads: every one (no thread), every one of a thread
@@ -257,18 +227,29 @@ class Store:
     # -- the checkpoints file ----------------------------------------------------------
 
     @contextlib.contextmanager
-    def index(self, n: Namespace, *, writable: bool = False) -> Iterator[IndexView]:
-        """``n``'s ``checkpoints`` file (``FileNotFoundError`` if there is none). A damaged
-        line raises CorruptCheckpointError or, when lenient, is logged and skipped (even
-        on a writable view: a writer goes on from the intact lines)."""
+    def index(
+        self, n: Namespace, *, writable: bool = False, again: bool = False
+    ) -> Iterator[IndexView]:
+        """``n``'s ``checkpoints`` file (``FileNotFoundError`` if there is none, and none
+        was committed). A damaged or lost line raises CorruptCheckpointError or, when
+        lenient, is logged and skipped (even on a writable view: a writer goes on from
+        the intact lines; but never past lost lines, which a writer always raises for).
+        A missing log that had lines raises CorruptCheckpointError. ``again``: the log
+        was checked against its head moments ago by the same read, which only looks up
+        lines by id now (a line lost since is then missing, which is damage too)."""
         on_damage: Callable[[DamagedIndex], None] | None = None
         if self.lenient:
 
             def on_damage(damage: DamagedIndex) -> None:
-                log.warning("skipping a damaged line of %s: %s", n.index, damage)
+                log.warning(
+                    "%s is damaged: %s; reading what is intact (on_corrupt='fallback')",
+                    n.index,
+                    damage,
+                )
 
         try:
-            with IndexView(n.index, on_damage, writable=writable) as view:
+            heads = self.heads and not again
+            with IndexView(n.index, on_damage, writable=writable, heads=heads) as view:
                 if is_hashed(n.dir.name) or is_hashed(n.dir.parent.name):
                     # a shortened name is not reversible: only the header says whose it is
                     header = view.header()
@@ -276,10 +257,25 @@ class Store:
                         n.thread_id,
                         n.ns,
                     ):
-                        raise DamagedIndex("its header names another thread or namespace")
+                        reason = "its header names another thread or namespace"
+                        raise DamagedIndex(reason, record="index")
                 yield view
         except DamagedIndex as damage:
-            raise corrupt_error(n, None, n.index, str(damage)) from None
+            found = damage.checkpoint_id
+            raise corrupt_error(n, found, n.index, str(damage), damage.record) from None
+        except (FileNotFoundError, NotADirectoryError):
+            self._missing_log(n)
+            raise
+
+    def _missing_log(self, n: Namespace) -> None:
+        """Raise CorruptCheckpointError if ``n``'s missing ``checkpoints`` log had lines."""
+        try:
+            lost = n.missing(CHECKPOINTS)
+        except DamagedIndex as damage:
+            raise corrupt_error(n, None, n.dir.parent, str(damage), damage.record) from None
+        if lost is not None:
+            found = lost.damage
+            raise corrupt_error(n, found.checkpoint_id, n.index, str(found), found.record)
 
     def newest(
         self,
@@ -295,7 +291,9 @@ class Store:
         descriptor is held between items, a long history is never read whole, and a
         damaged old line is not met by a caller that only wanted the newest. Every line of
         a page read (deleted ones too) is put in ``seen``, if given, before the first of
-        them is yielded: the older lines holding values of the newer ones often are there."""
+        them is yielded: the older lines holding values of the newer ones often are there.
+        A missing log whose lines were committed raises CorruptCheckpointError, unless
+        lenient and no ``checkpoint_id`` is asked for: then it is logged and yields none."""
         while True:
             try:
                 with self.index(n) as view:
@@ -307,6 +305,11 @@ class Store:
                         entries = [found] if found is not None and wanted else []
             except (FileNotFoundError, NotADirectoryError):
                 return
+            except CorruptCheckpointError as error:
+                if not (self.lenient and checkpoint_id is None and not n.index.exists()):
+                    raise
+                log.warning("%s; skipped (on_corrupt='fallback')", error)
+                return
             if seen is not None:
                 if len(seen) > 1024:
                     seen.clear()  # a newest-first walk only needs the lines near it
@@ -317,26 +320,46 @@ class Store:
             below, page = entries[-1].checkpoint_id, min(page * 4, 256)
 
     def has_checkpoints(self, thread_id: str) -> bool:
-        """Whether any namespace of ``thread_id`` has a checkpoint line, intact or damaged
-        (even when reading leniently: a damaged checkpoint must not be replaced)."""
+        """Whether any namespace of ``thread_id`` has a checkpoint line, intact, damaged or
+        lost (even when reading leniently: a damaged checkpoint must not be replaced)."""
         for n in self.namespaces(thread_id):
             try:
-                with IndexView(n.index, on_damage=lambda _: None) as view:
-                    if view.valid_end > view.data_start:
+                with IndexView(n.index, lambda _: None, heads=self.heads) as view:
+                    if view.valid_end > view.data_start or view.lost is not None:
                         return True
             except (FileNotFoundError, NotADirectoryError):
-                continue
+                if self._lost(n):
+                    return True
             except DamagedIndex:  # not even a header: damage, which counts as taken
                 return True
         return False
 
+    @staticmethod
+    def _lost(n: Namespace) -> bool:
+        """Whether ``n``'s missing ``checkpoints`` log had lines (or its manifest, which
+        would tell, is damaged)."""
+        try:
+            return n.missing(CHECKPOINTS) is not None
+        except DamagedIndex:
+            return True
+
     # -- writing (the caller holds the thread's lock) -----------------------------------
 
     def ensure(self, n: Namespace) -> None:
-        """Create ``n``'s folders and empty logs if missing, durably: ``writes`` before
-        ``checkpoints``, so a namespace with the latter has both."""
+        """Create ``n``'s folders and empty logs (each after its head) if missing,
+        durably: ``writes`` before ``checkpoints``, so a namespace with the latter has
+        both; then list it in the thread's manifest.
+
+        Raises:
+            CorruptCheckpointError: the logs are missing but lines were committed to them
+                (nothing is created over lost lines).
+        """
         if n.index.exists():
             return
+        with reporting(n):
+            for kind in (CHECKPOINTS, WRITES):
+                if (lost := n.missing(kind)) is not None and not (n.dir / kind).exists():
+                    raise lost.damage
         try:
             created = []
             for folder in (n.dir.parent, n.dir, *(n.dir / sub for sub in SUBDIRS)):
@@ -345,25 +368,35 @@ class Store:
                     created.append(folder)
             self.sync(*(folder.parent for folder in created))
             if not n.writes_log.exists():
-                _file_index.create(n.writes_log, WRITES, n.thread_id, n.ns, durable=self.durable)
-            _file_index.create(n.index, CHECKPOINTS, n.thread_id, n.ns, durable=self.durable)
+                _log.create(n.writes_log, WRITES, n.thread_id, n.ns, durable=self.durable)
+            _log.create(n.index, CHECKPOINTS, n.thread_id, n.ns, durable=self.durable)
             self.sync(n.dir)
         except OSError as exc:
             raise storage_error(exc, "create the namespace folder", n.dir) from exc
+        self.list_namespace(n)
+
+    def list_namespace(self, n: Namespace) -> None:
+        """Make sure the thread's manifest lists ``n`` (after its logs exist)."""
+        thread_dir = n.dir.parent
+        with reporting(n):
+            names = listed(thread_dir, n.thread_id)
+        if n.ns not in names:
+            try:
+                write_manifest(thread_dir, n.thread_id, names | {n.ns}, durable=self.durable)
+            except OSError as exc:
+                raise storage_error(exc, "update the manifest of", thread_dir) from exc
 
     def commit(self, n: Namespace, view: IndexView, entry: Entry) -> None:
         """Make ``entry``'s checkpoint exist in the file ``view`` (writable) is open on;
         the value files it needs must be durable. Replacing a checkpoint keeps the values
-        other checkpoints use (see _file_retire)."""
-        old = (
-            None
-            if _file_index.appends(view, entry.checkpoint_id)
-            else view.find(entry.checkpoint_id)
-        )
+        other checkpoints use (see _retire)."""
+        if view.last is None and view.valid_end == view.data_start:
+            self.list_namespace(n)  # its first line: listed, even if creating it was cut short
+        old = None if _log.appends(view, entry.checkpoint_id) else view.find(entry.checkpoint_id)
         if old is not None and old.raw == entry.raw:
             return
         try:
-            _file_index.commit(
+            _log.commit(
                 view,
                 entry,
                 n.thread_id,
@@ -396,6 +429,7 @@ class Store:
         if not self.thread_dir(source).is_dir():
             return
         staging = self.trash / trash_name("copy", file_name(target))
+        copied: set[str] = set()
         try:
             staging.mkdir()
             existing = self.thread_dir(target)
@@ -411,23 +445,17 @@ class Store:
                         self._link(n.dir / sub / name, copy / sub / name)
                     self.sync(copy / sub)
                 # the target's pending writes (of no checkpoint yet) are kept, after these
-                theirs = Namespace(target, n.ns, existing / n.dir.name, self.durable)
+                theirs = Namespace(target, n.ns, existing / n.dir.name, self.durable, self.heads)
                 with reporting(theirs):
                     writes += theirs.write_entries()
                 for path, kind, lines in (
                     (WRITES, WRITES, writes),
                     (CHECKPOINTS, CHECKPOINTS, entries),
                 ):
-                    _file_index.rewrite(
-                        copy / path, kind, target, n.ns, lines, durable=self.durable
-                    )
-            for folder, _, names in os.walk(existing):  # the target's other namespaces
-                for name in names:
-                    relative = (Path(folder) / name).relative_to(existing)
-                    if not name.startswith(".") and not (staging / relative).exists():
-                        (staging / relative).parent.mkdir(parents=True, exist_ok=True)
-                        self._link(existing / relative, staging / relative)
-            self.sync(staging)
+                    _log.rewrite(copy / path, kind, target, n.ns, lines, durable=self.durable)
+                copied.add(n.ns)
+            copied |= self._link_others(existing, staging, target)
+            write_manifest(staging, target, copied, durable=self.durable)
             old = self.trash / trash_name("replaced", file_name(target))
             with contextlib.suppress(FileNotFoundError):
                 existing.rename(old)
@@ -444,6 +472,20 @@ class Store:
             if isinstance(exc, OSError):
                 raise storage_error(exc, "copy", self.thread_dir(source)) from exc
             raise
+
+    def _link_others(self, existing: Path, staging: Path, target: str) -> set[str]:
+        """Link the files of the target's other namespaces (those the copy does not
+        replace) into ``staging``; return the namespaces the target's manifest lists."""
+        names: set[str] = set()
+        for folder, _, files in os.walk(existing):
+            for name in files:
+                relative = (Path(folder) / name).relative_to(existing)
+                if relative == Path(MANIFEST):
+                    names |= listed(existing, target)
+                elif not name.startswith(".") and not (staging / relative).exists():
+                    (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                    self._link(existing / relative, staging / relative)
+        return names
 
     def _link(self, source: Path, target: Path) -> None:
         try:

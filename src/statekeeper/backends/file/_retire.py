@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from statekeeper._storage.deltas import StoredValue
-from statekeeper.backends.file._index import Entry, make_entry
+from statekeeper.backends.file._log.lines import Entry, make_entry
 from statekeeper.backends.file._namespace import Namespace
 from statekeeper.backends.file._values import encode_record, read_value, record_of
 from statekeeper.checkpointers.semantics import version_key

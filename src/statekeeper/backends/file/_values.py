@@ -35,7 +35,8 @@ from statekeeper._storage.deltas import (
 )
 from statekeeper._storage.lineage import walk_chains
 from statekeeper._storage.payload import EMPTY
-from statekeeper.backends.file._index import DamagedIndex, Entry, IndexView
+from statekeeper.backends.file._log.lines import DamagedIndex, Entry
+from statekeeper.backends.file._log.view import IndexView
 from statekeeper.backends.file._namespace import (
     Damaged,
     Missing,

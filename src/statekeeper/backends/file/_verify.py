@@ -1,8 +1,17 @@
-"""``FileCheckpointer.verify()``: find damaged files and, if asked, move them aside.
+"""``FileCheckpointer.verify()``: find damaged files and, if asked, move them aside or
+rebuild what can be rebuilt.
 
-Checked per namespace, under the thread's lock (so no writer is halfway through it):
+Checked per thread, under the thread's locks (so no writer is halfway through it; on
+read-only storage, shared locks on the lock files that exist, creating none):
 
-* the ``checkpoints`` and ``writes`` logs: header, every line's checksum, ids in order;
+* the thread's manifest: intact, and every namespace it lists is there;
+
+Then per namespace:
+
+* the ``checkpoints`` and ``writes`` logs: header, every line's checksum, ids in order,
+  the chain of checksums from line to line, and the log against its head (a log shorter
+  than its head, an older copy, a missing or damaged head, a missing log whose head
+  says lines were committed);
 * every record in ``values/``: checksum, length, kind, and that its own ids map back to
   its file name;
 * every checkpoint: each value record it needs, down its delta chain, is in an intact
@@ -18,39 +27,41 @@ which every listed checkpoint loads. Nothing is deleted, except temporary files 
 interrupted writes, which never held a committed checkpoint, and what interrupted
 deletes and copies left in ``trash/``. Files in ``values/`` whose names cannot be ours
 are ignored.
+
+Repair (:func:`~._log.check.repair_log`) rebuilds heads and manifests from what is there,
+writes a log with a broken chain again, and never removes a line: what was lost was
+reported.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from statekeeper._storage.deltas import MAX_CHAIN
 from statekeeper._storage.files import TEMP_PREFIX, read_bytes, replace_file, sync_dir
-from statekeeper.backends.file import _index as _file_index
-from statekeeper.backends.file._index import (
-    CHECKPOINTS,
-    WRITES,
-    DamagedIndex,
-    Entry,
-    IndexView,
-)
 from statekeeper.backends.file._layout import (
     decode_name,
     file_name,
     is_hashed,
     value_file_name,
 )
+from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.check import LogCheck, check_log, repair_log
+from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex, Entry
+from statekeeper.backends.file._log.manifest import MANIFEST, read_manifest, write_manifest
+from statekeeper.backends.file._log.view import IndexView, Lost
 from statekeeper.backends.file._namespace import (
     SUBDIRS,
     Damaged,
     Namespace,
+    has_lines,
     names_in,
     read_record,
     record_names,
@@ -73,25 +84,113 @@ class CorruptFile:
     thread_id: str | None = None
     checkpoint_ns: str | None = None
     checkpoint_id: str | None = None
+    record: str | None = None
 
 
-def verify(store: Store, *, quarantine: bool) -> list[CorruptFile]:
-    """See the module docstring. Thread by thread; returns every problem found."""
-    _empty_trash(store)
+@dataclass(frozen=True)
+class _Asked:
+    """What ``verify`` was asked to do besides checking, and the quarantine folder name."""
+
+    quarantine: bool
+    repair: bool
+    stamp: str
+
+
+def verify(store: Store, *, quarantine: bool, repair: bool) -> list[CorruptFile]:
+    """See the module docstring. Thread by thread; returns every problem found (before
+    anything was moved or repaired). On read-only storage nothing is changed (the
+    caller refuses ``quarantine`` and ``repair`` there)."""
+    if not store.read_only:
+        _empty_trash(store)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
+    asked = _Asked(quarantine, repair, stamp)
     found: list[CorruptFile] = []
     for thread_name in names_in(store.threads):
-        with store.locks.hold(*thread_locks(thread_name)):  # named after the folder
-            for ns_name in names_in(store.threads / thread_name):
-                ns_dir = store.threads / thread_name / ns_name
-                n = _namespace(store, ns_dir)
-                if isinstance(n, CorruptFile):
-                    found.append(n)
-                    if quarantine:
-                        _move(store, ns_dir, stamp)
-                elif n is not None:
-                    found.extend(_verify_namespace(store, n, quarantine, stamp))
+        thread_dir = store.threads / thread_name
+        if not thread_dir.is_dir():
+            continue
+        locks = thread_locks(thread_name)  # named after the folder
+        held = store.locks.hold_shared(*locks) if store.read_only else store.locks.hold(*locks)
+        with held:
+            found.extend(_verify_thread(store, thread_dir, asked))
     return found
+
+
+def _verify_thread(store: Store, thread_dir: Path, asked: _Asked) -> list[CorruptFile]:
+    """Every problem of one thread folder: its namespaces and its manifest."""
+    found: list[CorruptFile] = []
+    namespaces: dict[str, Namespace] = {}
+    moved = set()
+    thread_id = None if is_hashed(thread_dir.name) else _decoded(thread_dir.name)
+    for ns_name in names_in(thread_dir):
+        ns_dir = thread_dir / ns_name
+        n = _namespace(store, ns_dir) if ns_dir.is_dir() else None
+        if isinstance(n, CorruptFile):
+            found.append(n)
+            moved.add(ns_name)  # checked no further (moved aside, if quarantining)
+            if asked.quarantine:
+                _move(store, ns_dir, asked.stamp)
+        elif n is not None:
+            namespaces[n.ns] = n
+            thread_id = n.thread_id
+    problems, listed = _check_manifest(store, thread_dir, thread_id, namespaces)
+    thread_id = thread_id or listed.thread_id
+    for ns in sorted(listed.namespaces - namespaces.keys()):
+        folder = thread_dir / file_name(ns)
+        if folder.name in moved:
+            continue
+        if folder.is_dir() and thread_id is not None:  # its logs are gone
+            namespaces[ns] = Namespace(thread_id, ns, folder, store.durable, store.heads)
+        else:
+            reason = f"the thread's manifest lists namespace {ns!r}, but its folder is missing"
+            problems.append(CorruptFile(folder, reason, thread_id, ns, None, "checkpoint"))
+    for n in namespaces.values():
+        found.extend(_verify_namespace(store, n, asked))
+    found.extend(problems)
+    moved_any = asked.quarantine and bool(moved)
+    if thread_id and ((problems and asked.repair) or moved_any):
+        kept = {ns for ns, n in namespaces.items() if n.index.exists()}
+        write_manifest(thread_dir, thread_id, kept, durable=store.durable)
+    return found
+
+
+class _Listed(NamedTuple):
+    thread_id: str | None
+    namespaces: set[str]
+
+
+def _check_manifest(
+    store: Store, thread_dir: Path, thread_id: str | None, namespaces: dict[str, Namespace]
+) -> tuple[list[CorruptFile], _Listed]:
+    """What is wrong with the thread's manifest, and what it lists."""
+    path = thread_dir / MANIFEST
+    if not store.heads:
+        return [], _Listed(None, set())
+    try:
+        manifest = read_manifest(thread_dir, None)
+    except DamagedIndex as exc:
+        return [CorruptFile(path, str(exc), thread_id, None, None, "index")], _Listed(None, set())
+    committed = [ns for ns, n in namespaces.items() if has_lines(n.index, CHECKPOINTS)]
+    if manifest is None:
+        if not committed:
+            return [], _Listed(None, set())
+        reason = "the thread's manifest is missing, but it has checkpoints"
+        return [CorruptFile(path, reason, thread_id, None, None, "index")], _Listed(None, set())
+    problems = []
+    if thread_id is not None and manifest.thread_id != thread_id:
+        reason = f"it names another thread ({manifest.thread_id!r})"
+        problems.append(CorruptFile(path, reason, thread_id, None, None, "index"))
+    for ns in sorted(set(committed) - manifest.namespaces):
+        reason = f"it does not list namespace {ns!r}, which has checkpoints"
+        problems.append(CorruptFile(path, reason, thread_id, ns, None, "index"))
+    return problems, _Listed(manifest.thread_id, manifest.namespaces)
+
+
+def _decoded(name: str) -> str | None:
+    try:
+        return decode_name(name)
+    except ValueError:
+        return None
 
 
 def _empty_trash(store: Store) -> None:
@@ -114,7 +213,7 @@ def _namespace(store: Store, ns_dir: Path) -> Namespace | CorruptFile | None:
             ids = decode_name(thread_name), decode_name(ns_name)
         except ValueError:
             return None
-        return Namespace(*ids, ns_dir, store.durable)
+        return Namespace(*ids, ns_dir, store.durable, store.heads)
     try:  # a shortened name: the full ids are only in the header
         with IndexView(ns_dir / "checkpoints") as view:
             header = view.header()
@@ -125,28 +224,46 @@ def _namespace(store: Store, ns_dir: Path) -> Namespace | CorruptFile | None:
         return None
     except (DamagedIndex, KeyError, TypeError) as exc:
         reason = f"{exc}; the namespace's full ids were only stored there"
-        return CorruptFile(ns_dir / "checkpoints", reason)
-    return Namespace(*ids, ns_dir, store.durable)
+        return CorruptFile(ns_dir / "checkpoints", reason, record="index")
+    return Namespace(*ids, ns_dir, store.durable, store.heads)
 
 
-def _verify_namespace(
-    store: Store, n: Namespace, quarantine: bool, stamp: str
-) -> list[CorruptFile]:
+def _verify_namespace(store: Store, n: Namespace, asked: _Asked) -> list[CorruptFile]:
     """Every problem of one namespace, in the order the module docstring lists the checks;
-    with ``quarantine``, also set aside what is damaged (:func:`_quarantine`)."""
-    _remove_temporary_files(n)
-    entries, damage = _read_log(n, CHECKPOINTS)
-    writes, writes_damage = _read_log(n, WRITES)
-    findings = _Findings(n, entries, writes, index_damaged=bool(damage))
-    findings.add_damage(n.index, damage)
-    findings.add_damage(n.writes_log, writes_damage)
-    findings.bad_writes.update(d.checkpoint_id for d in writes_damage)
-    _check_write_rows(findings)
+    with ``quarantine``, also set aside what is damaged (:func:`_quarantine`); with
+    ``repair``, then rebuild what can be (:func:`~._log.check.repair_log`)."""
+    if not store.read_only:
+        _remove_temporary_files(n)
+    checks = _check_logs(store, n)
+    log, writes = checks
+    findings = _Findings(n, log.entries, writes.entries, index_damaged=bool(log.damage))
+    for check in checks:
+        findings.add_damage(check.path, check.damage + [lost.damage for lost in check.lost])
+    findings.bad_writes.update(d.checkpoint_id for d in writes.damage)
+    findings.lost_writes = writes.lost
+    _check_write_rows(findings, {p.reason for p in findings.problems})
     damaged = _check_records(findings)
     _check_checkpoints(findings, damaged)
-    if quarantine and findings.problems:
-        _quarantine(store, findings, stamp)
+    if asked.quarantine and findings.problems:
+        _quarantine(store, findings, asked.stamp)
+    if asked.repair and findings.problems:
+        for check in _check_logs(store, n):  # again: quarantine may have rewritten them
+
+            def keep(path: Path) -> None:
+                _keep_copy(store, path, asked.stamp)
+
+            repair_log(check, (n.thread_id, n.ns), durable=store.durable, keep=keep)
     return findings.problems
+
+
+def _check_logs(store: Store, n: Namespace) -> tuple[LogCheck, LogCheck]:
+    ids = (n.thread_id, n.ns)
+    return (
+        check_log(
+            n.index, CHECKPOINTS, ids, heads=store.heads, missing=lambda: n.missing(CHECKPOINTS)
+        ),
+        check_log(n.writes_log, WRITES, ids, heads=store.heads, missing=lambda: n.missing(WRITES)),
+    )
 
 
 @dataclass
@@ -161,15 +278,18 @@ class _Findings:
     # checkpoints whose writes cannot be read: the id of every damaged line of the writes
     # log (None for its header), so this is empty only if that log is intact
     bad_writes: set[str | None] = field(default_factory=set)
+    lost_writes: list[Lost] = field(default_factory=list)  # writes lines the log lacks
     doomed: set[str] = field(default_factory=set)  # checkpoints that cannot be loaded
 
-    def add(self, path: Path, reason: str, checkpoint_id: str | None = None) -> None:
+    def add(
+        self, path: Path, reason: str, checkpoint_id: str | None = None, record: str | None = None
+    ) -> None:
         n = self.n
-        self.problems.append(CorruptFile(path, reason, n.thread_id, n.ns, checkpoint_id))
+        self.problems.append(CorruptFile(path, reason, n.thread_id, n.ns, checkpoint_id, record))
 
     def add_damage(self, log: Path, damage: list[DamagedIndex]) -> None:
         for d in damage:
-            self.add(log, str(d), d.checkpoint_id)
+            self.add(log, str(d), d.checkpoint_id, d.record)
 
 
 def _remove_temporary_files(n: Namespace) -> None:
@@ -180,17 +300,20 @@ def _remove_temporary_files(n: Namespace) -> None:
                 (folder / name).unlink(missing_ok=True)
 
 
-def _check_write_rows(findings: _Findings) -> None:
-    """Read each checkpoint's writes from intact lines; a checkpoint whose rows cannot be
-    read is reported once (not again if its line was already reported damaged)."""
+def _check_write_rows(findings: _Findings, reported: set[str]) -> None:
+    """Read the writes of each checkpoint (of either log) as a reader would: a checkpoint
+    whose rows cannot be read — a damaged line may be one of them, whatever id it shows,
+    or a line is malformed — goes in ``bad_writes``, and is reported unless what is wrong
+    was already (``reported``: the reasons found so far)."""
     n = findings.n
-    for checkpoint_id in sorted({e.checkpoint_id for e in findings.writes}):
+    ids = {e.checkpoint_id for e in findings.writes} | {e.checkpoint_id for e in findings.entries}
+    for checkpoint_id in sorted(ids):
         try:
             n.write_rows(checkpoint_id)
         except Damaged as exc:
-            if checkpoint_id not in findings.bad_writes:
-                findings.add(n.writes_log, exc.reason, checkpoint_id)
-                findings.bad_writes.add(checkpoint_id)
+            if checkpoint_id not in findings.bad_writes and exc.reason not in reported:
+                findings.add(n.writes_log, exc.reason, checkpoint_id, "writes")
+            findings.bad_writes.add(checkpoint_id)
 
 
 def _check_records(findings: _Findings) -> set[str]:
@@ -205,7 +328,7 @@ def _check_records(findings: _Findings) -> set[str]:
             continue
         except Damaged as exc:
             damaged.add(name)
-            findings.add(path, exc.reason)
+            findings.add(path, exc.reason, None, "value")
     return damaged
 
 
@@ -218,10 +341,13 @@ def _check_checkpoints(findings: _Findings, damaged: set[str]) -> None:
             continue
         needs = _needs(n, entry, by_id, damaged)
         if entry.checkpoint_id in findings.bad_writes:
-            needs.append(f"its writes in {n.writes_log.name} are damaged")
+            needs.append((f"its writes in {n.writes_log.name} are damaged", "writes"))
+        elif any(lost.covers(entry.checkpoint_id) for lost in findings.lost_writes):
+            needs.append((f"its writes in {n.writes_log.name} may be lost", "writes"))
         if needs:
-            reason = f"checkpoint {entry.checkpoint_id!r} cannot be loaded: " + "; ".join(needs)
-            findings.add(n.index, reason, entry.checkpoint_id)
+            because = "; ".join(reason for reason, _ in needs)
+            reason = f"checkpoint {entry.checkpoint_id!r} cannot be loaded: {because}"
+            findings.add(n.index, reason, entry.checkpoint_id, needs[0][1])
             findings.doomed.add(entry.checkpoint_id)
 
 
@@ -235,43 +361,23 @@ def _quarantine(store: Store, findings: _Findings, stamp: str) -> None:
     if findings.index_damaged or doomed:  # keep the whole file aside, then drop what cannot load
         _keep_copy(store, n.index, stamp)
         kept = retire(findings.entries, doomed)
-        _file_index.rewrite(n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable)
+        _log.rewrite(n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable)
     if findings.bad_writes or any(e.checkpoint_id in doomed for e in findings.writes):
         _keep_copy(store, n.writes_log, stamp)
         dropped = doomed | findings.bad_writes
         left = [e for e in findings.writes if e.checkpoint_id not in dropped]
-        _file_index.rewrite(n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable)
+        _log.rewrite(n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable)
 
 
 def _keep_copy(store: Store, path: Path, stamp: str) -> None:
-    """Copy ``path`` whole into quarantine, durably, before it is rewritten."""
+    """Copy ``path`` whole into quarantine, durably, before it is rewritten (if it is
+    there)."""
+    if not path.exists():
+        return
     target = _target(store, path, stamp)
     replace_file(target, read_bytes(path), durable=store.durable)
     if store.durable:  # the copy must outlive a power loss before the rewrite
         sync_dir(target.parent)
-
-
-def _read_log(n: Namespace, kind: str) -> tuple[list[Entry], list[DamagedIndex]]:
-    """The intact lines of a log (damaged ones skipped) and what is wrong, if anything."""
-    damage: list[DamagedIndex] = []
-    try:
-        with IndexView(n.dir / kind, on_damage=damage.append, kind=kind) as view:
-            entries = view.all()
-            try:
-                header = view.header()
-            except DamagedIndex as exc:
-                header = {}
-                damage.append(exc)
-    except FileNotFoundError:
-        return [], []
-    except DamagedIndex as exc:  # not even a header line: nothing in it can be read
-        return [], [exc]
-    if header and (header.get("thread_id"), header.get("checkpoint_ns")) != (n.thread_id, n.ns):
-        damage.append(DamagedIndex("its header names another thread or namespace"))
-    ids = [e.checkpoint_id for e in entries]
-    if any(a > b or (a == b and kind == CHECKPOINTS) for a, b in itertools.pairwise(ids)):
-        damage.append(DamagedIndex("its lines are not in checkpoint id order"))
-    return entries, damage
 
 
 def _check_record(path: Path) -> None:
@@ -285,39 +391,40 @@ def _check_record(path: Path) -> None:
         raise Damaged(path, "its content belongs to another file name")
 
 
-def _needs(n: Namespace, entry: Entry, by_id: dict[str, Entry], damaged: set[str]) -> list[str]:
+def _needs(
+    n: Namespace, entry: Entry, by_id: dict[str, Entry], damaged: set[str]
+) -> list[tuple[str, str]]:
     """What a checkpoint needs that is damaged or missing: the line holding a value
     record, the record's file, or either of those down the chain of append deltas that
-    value is built on."""
-    needs = []
+    value is built on; each with the kind of record at fault."""
+    needs: list[tuple[str, str]] = []
     versions = entry.record["channel_versions"]
     for channel, at in entry.record["values"].items():
         if channel not in versions or not isinstance(at, str):
-            needs.append(f"its reference to the value of {channel!r} is malformed")
+            needs.append((f"its reference to the value of {channel!r} is malformed", "checkpoint"))
             continue
         key = first = version_key(versions[channel])
         for _ in range(MAX_CHAIN + 2):
             via = "" if key == first else f" (through the delta chain of {channel!r} at {first})"
+            kind = "value" if key == first else "delta"
             holder = by_id.get(at)
             record = record_of(holder, channel, key) if holder is not None else None
             if holder is None:
-                needs.append(
-                    f"the line of checkpoint {at!r} holding {channel!r} is damaged or missing{via}"
-                )
+                reason = f"the line of checkpoint {at!r} holding {channel!r} is damaged or missing"
+                needs.append((reason + via, kind))
             elif record is None:
-                needs.append(
-                    f"the line of checkpoint {at!r} holds no value of {channel!r} at {key}{via}"
-                )
+                reason = f"the line of checkpoint {at!r} holds no value of {channel!r} at {key}"
+                needs.append((reason + via, kind))
             elif isinstance(name := record.get("file"), str) and name in damaged:
-                needs.append(f"its value file {name} is damaged{via}")
+                needs.append((f"its value file {name} is damaged{via}", kind))
             elif isinstance(name, str) and not (n.values_dir / name).exists():
-                needs.append(f"its value file {name} is missing{via}")
+                needs.append((f"its value file {name} is missing{via}", kind))
             elif "base" in record:
                 at, key = record.get("base_at"), version_key(record["base"])
                 continue
             break
         else:
-            needs.append(f"the delta chain of {channel!r} at {first} does not end")
+            needs.append((f"the delta chain of {channel!r} at {first} does not end", "delta"))
     return needs
 
 

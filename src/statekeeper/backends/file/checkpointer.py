@@ -1,22 +1,28 @@
 """``FileCheckpointer``: every thread in plain files under one directory, standard library only.
 
-The layout (``docs/file-backend.md``; sketched in :mod:`._file_store`) is a folder per
-(thread, namespace) holding a ``checkpoints`` log — one line of readable JSON per
-checkpoint, sorted by id, with the values of the versions it created (later checkpoints
-refer to them there) — a ``writes`` log, one line per ``put_writes``, and a ``values/``
-folder for values too large to inline, one checksummed file per (channel, version).
+The layout (``docs/file-backend.md``) is a folder per (thread, namespace) holding a
+``checkpoints`` log — one line of readable JSON per checkpoint, sorted by id, with the
+values of the versions it created (later checkpoints refer to them there) — a ``writes``
+log, one line per ``put_writes``, a head beside each log saying how far its committed lines
+reach, and a ``values/`` folder for values too large to inline, one checksummed file per
+(channel, version); a manifest per thread lists its namespaces.
 
 Guarantees:
 
 * Crash safety: a checkpoint exists once its line is appended and flushed, after the
   files of its large values are durable; a ``put_writes`` once its line is. A torn last
-  line is ignored. Every other change writes a temporary file, flushes it and renames it
-  into place. A process killed at any instant leaves the old state or the new one.
-* Integrity: every line and file carries a SHA-256 of its content. A truncated, altered or
-  missing file is detected on load and raises :class:`CorruptCheckpointError` naming the
-  thread, checkpoint and file; ``on_corrupt="fallback"`` instead logs a warning and
-  returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists damage and
-  can move it into ``quarantine/``; nothing damaged is ever deleted.
+  line (a crash during the append) is ignored. Every other change writes a temporary
+  file, flushes it and renames it into place. A process killed at any instant leaves the
+  old state or the new one.
+* Integrity: every line, file, head and manifest carries a checksum, and each line names
+  the line before it; a log shorter than its head, or lacking a line, is damage. A read
+  returns exactly what was stored or raises :class:`CorruptCheckpointError` naming the
+  thread, checkpoint, file and kind of record; ``on_corrupt="fallback"`` instead logs a
+  warning and returns the newest intact checkpoint. :meth:`FileCheckpointer.verify` lists
+  damage, can move it into ``quarantine/`` and can rebuild heads; nothing damaged is ever
+  deleted.
+* Read-only: ``mode="ro"``, or a directory that is not writable, creates and changes
+  nothing; writes raise :class:`ReadOnlyError`.
 * Concurrency: writers of one thread queue on that thread's ``fcntl.flock`` (POSIX only),
   in this process and others — ``put`` on one lock, ``put_writes`` on another, so a task's
   writes are stored while the next checkpoint is; readers take no lock and see only
@@ -24,7 +30,8 @@ Guarantees:
 * Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
   ``checkpoints`` file and bisect the logs for values stored by earlier checkpoints and
   for pending writes, so they cost about the same for ten checkpoints or ten thousand. A
-  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more).
+  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more);
+  moving a head flushes nothing.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import contextlib
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
@@ -43,8 +50,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.claims import LockFileClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import safe_serde
-from statekeeper.backends.file import directory_path
-from statekeeper.backends.file._index import Entry, make_entry
+from statekeeper.backends.file import DirectoryOptions, directory_path, opening
+from statekeeper.backends.file._log.lines import Entry, make_entry
 from statekeeper.backends.file._namespace import (
     Namespace,
     reporting,
@@ -57,7 +64,13 @@ from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
-from statekeeper.checkpointers.semantics import before_id, list_scope, location
+from statekeeper.checkpointers.semantics import (
+    ON_CORRUPT,
+    before_id,
+    check_choice,
+    list_scope,
+    location,
+)
 from statekeeper.errors import (
     ConfigurationError,
     Damage,
@@ -70,8 +83,8 @@ __all__ = ["ON_CORRUPT", "FileCheckpointer"]
 
 Damages = list[Damage]  # named here: the class has a method called list
 
-ON_CORRUPT = ("raise", "fallback")
 _OPTIONS: dict[str, type] = {
+    "mode": str,
     "compress": bool,
     "on_corrupt": str,
     "lock_timeout": float,
@@ -85,8 +98,10 @@ class FileCheckpointer(Checkpointer):
     """A LangGraph checkpointer keeping everything in plain files under ``path``.
 
     Args:
-        path: the directory; created if missing. An existing non-empty directory must
-            already be a statekeeper file store (it holds ``statekeeper.json``).
+        path: the directory; created if missing (``mode="rw"``). An existing non-empty
+            directory must already be a statekeeper file store (it holds
+            ``statekeeper.json``); one written by an older statekeeper (format 2) is
+            upgraded on a read-write open, without rewriting its history.
         serde: the serializer for every payload (default: :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
         on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
@@ -94,15 +109,23 @@ class FileCheckpointer(Checkpointer):
             ``statekeeper.backends.file.checkpointer`` logger and skips it, so ``get_tuple``
             returns the newest intact checkpoint and ``list`` the intact ones. A
             checkpoint asked for by id is never substituted: it loads or raises.
-        lock_timeout: seconds a writer waits for a thread's lock (held by another
-            process, or another thread of this one).
-        fsync: flush every write to disk before it counts, so a committed checkpoint
-            survives a power loss (the default). ``False`` keeps every write atomic — a
-            killed process still leaves the old or the new checkpoint — but a power loss
-            may lose the last checkpoints, or damage files (their checksums tell).
+        options: :class:`~statekeeper.backends.file.DirectoryOptions`, as keywords:
+          mode: ``"rw"`` (default) reads and writes; ``"ro"`` only reads — nothing is ever
+              created or changed (no directory, file or lock file), every write and
+              ``claim_thread`` raise :class:`ReadOnlyError`, and a missing directory raises
+              :class:`StorageNotFoundError`. A directory that is not writable (a read-only
+              mount) is opened read-only whatever ``mode`` says; :attr:`read_only` tells.
+          lock_timeout: seconds a writer waits for a thread's lock (held by another
+              process, or another thread of this one).
+          fsync: flush every write to disk before it counts, so a committed checkpoint
+              survives a power loss (the default). ``False`` keeps every write atomic —
+              a killed process still leaves the old or the new checkpoint — but a power
+              loss may lose the last checkpoints (detected: see ``docs/file-backend.md``).
 
     Each ``put``, ``put_writes``, ``copy_thread``, ``prune`` and ``delete_*`` is atomic
     per namespace: a failed call leaves what was stored before. Payloads are never pickled.
+    A read returns exactly what was stored or raises :class:`CorruptCheckpointError`: every
+    record is checksummed, and a log lacking lines its head says were committed is damage.
     """
 
     def __init__(
@@ -112,22 +135,22 @@ class FileCheckpointer(Checkpointer):
         serde: SerializerProtocol | None = None,
         compress: bool = True,
         on_corrupt: str = "raise",
-        lock_timeout: float = 30.0,
-        fsync: bool = True,
+        **options: Unpack[DirectoryOptions],
     ) -> None:
         super().__init__(serde=serde or safe_serde())
-        if on_corrupt not in ON_CORRUPT:
-            raise ConfigurationError(
-                f"on_corrupt must be one of {', '.join(ON_CORRUPT)}, got {on_corrupt!r}"
-            )
-        if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
-            raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
+        opened = opening(options)
+        check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
         self.compress = compress
         self.on_corrupt = on_corrupt
         root = Path(path).expanduser()
         self._store = Store(
-            root, float(lock_timeout), lenient=on_corrupt == "fallback", durable=fsync
+            root,
+            opened.lock_timeout,
+            lenient=on_corrupt == "fallback",
+            durable=opened.fsync,
+            read_only=opened.read_only,
         )
+        self.read_only = self._store.read_only
         self._closed = False
         # the last list written per (thread, namespace, channel): what a delta builds on
         self._recent = RecentPayloads()
@@ -353,17 +376,29 @@ class FileCheckpointer(Checkpointer):
     # -- integrity -----------------------------------------------------------------------
 
     def verify(self, *, repair: bool = False, quarantine: bool = False) -> Damages:
-        """Check every stored file; return what is damaged (path, reason, and the
-        thread, namespace and checkpoint it belongs to).
+        """Check every stored file; return what is damaged (reason, the kind of record,
+        path, and the thread, namespace and checkpoint it belongs to): damaged lines,
+        files and heads, and committed lines a log lacks (cut short, a line deleted, an
+        older copy put back, a missing log or head).
 
         With ``quarantine=True``, move damaged files into ``quarantine/<timestamp>/``
-        under the directory, and rewrite each ``checkpoints`` file without its damaged
-        lines and the checkpoints that need a damaged file (the old file is kept in
-        quarantine), so that every checkpoint left loads. Nothing is deleted, except
-        temporary files that interrupted writes left (they never held a committed
-        checkpoint) and the folders interrupted deletes and copies left in ``trash/``.
+        under the directory, and rewrite each log without its damaged lines and the
+        checkpoints that need a damaged file (the old file is kept in quarantine), so
+        that every checkpoint left loads. With ``repair=True``, rebuild from what is
+        there the heads and manifests that disagree with their logs, write again a log
+        whose chain is broken, and an empty log for one that is missing: the loss is
+        accepted (it is in the list returned), and reads work again. Neither deletes
+        anything, except temporary files that interrupted writes left (they never held
+        a committed checkpoint) and the folders interrupted deletes and copies left in
+        ``trash/``; what they replace is kept in quarantine. Without either, nothing is
+        changed but those leftovers (and nothing at all when read-only).
+
+        Raises:
+            ReadOnlyError: ``repair`` or ``quarantine`` on a read-only checkpointer.
         """
-        found = verify(self._open_store(), quarantine=quarantine or repair)
+        if repair or quarantine:
+            self._writable("verify(repair=True)" if repair else "verify(quarantine=True)")
+        found = verify(self._open_store(), quarantine=quarantine, repair=repair)
         return [
             Damage(
                 f.reason,
@@ -371,6 +406,7 @@ class FileCheckpointer(Checkpointer):
                 thread_id=f.thread_id,
                 checkpoint_ns=f.checkpoint_ns,
                 checkpoint_id=f.checkpoint_id,
+                record=f.record,
                 path=str(f.path),
             )
             for f in found

@@ -25,9 +25,9 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
-from langgraph.store.base import IndexConfig, TTLConfig
+from langgraph.store.base import IndexConfig, Result, TTLConfig
 
 from statekeeper._storage.files import (
     KeyLocks,
@@ -39,10 +39,17 @@ from statekeeper._storage.files import (
     sync_dir,
     unpack_record,
 )
-from statekeeper.backends.file import directory_path
+from statekeeper.backends.file import DirectoryOptions, directory_path, opening
+from statekeeper.backends.file._directory import writable
 from statekeeper.backends.file._layout import file_name
-from statekeeper.errors import ConfigurationError, SchemaVersionError, StorageError
-from statekeeper.memory.store.base import Write
+from statekeeper.errors import (
+    ConfigurationError,
+    ReadOnlyError,
+    SchemaVersionError,
+    StorageError,
+    StorageNotFoundError,
+)
+from statekeeper.memory.store.base import Plan, Write
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
 from statekeeper.urls import StorageURL, parse_options
 
@@ -55,6 +62,7 @@ _NAMESPACES = "namespaces"
 _LOCKS = "locks"
 _SUFFIX = ".json"
 _OPTIONS: dict[str, type] = {
+    "mode": str,
     "lock_timeout": float,
     "fsync": bool,
     "semantic_weight": float,
@@ -68,13 +76,20 @@ class FileStore(ItemStore):
     """A LangGraph store keeping each item in a JSON file under ``path`` (POSIX only).
 
     Args:
-        path: the directory; created if missing. An existing non-empty directory must
-            already be a memory file store (it holds ``statekeeper-memory.json``).
+        path: the directory; created if missing (``mode="rw"``). An existing non-empty
+            directory must already be a memory file store (it holds
+            ``statekeeper-memory.json``).
         index, ttl, semantic_weight: as for :class:`~statekeeper.memory.store.SqliteStore`.
-        lock_timeout: seconds a writer waits for a namespace's lock (held by another
-            process, or another thread of this one).
-        fsync: flush every write to disk before it counts (the default). ``False`` keeps
-            every write atomic, but a power loss may lose the last ones.
+        options: :class:`~statekeeper.backends.file.DirectoryOptions`: ``mode``
+            ``"rw"`` (default) or ``"ro"`` — read only: nothing is created or changed
+            (no directory, file or lock file), a put or delete raises
+            :class:`ReadOnlyError`, reads do not restart TTL clocks, and a missing
+            directory raises :class:`StorageNotFoundError`; a directory that is not
+            writable (a read-only mount) is opened read-only whatever ``mode`` says
+            (:attr:`read_only` tells). ``lock_timeout``: seconds a writer waits for a
+            namespace's lock (held by another process, or another thread of this one).
+            ``fsync``: flush every write to disk before it counts (the default);
+            ``False`` keeps every write atomic, but a power loss may lose the last ones.
 
     Guarantees: a put or delete replaces or removes one file with a rename or unlink, so
     a reader — or a process killed at any instant — sees the old item or the new one,
@@ -91,20 +106,22 @@ class FileStore(ItemStore):
         index: IndexConfig | None = None,
         ttl: TTLConfig | None = None,
         semantic_weight: float = 0.5,
-        lock_timeout: float = 30.0,
-        fsync: bool = True,
+        **options: Unpack[DirectoryOptions],
     ) -> None:
         super().__init__(index=index, ttl=ttl, semantic_weight=semantic_weight)
-        if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
-            raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
+        opened = opening(options)
         self.root = Path(path).expanduser()
-        self.fsync = fsync
+        self.fsync = opened.fsync
         self._items = self.root / _NAMESPACES
+        self.read_only = opened.read_only or (self.root.is_dir() and not writable(self.root))
         try:
-            self._open_root()
+            if self.read_only:
+                self._check_root()
+            else:
+                self._open_root()
         except OSError as exc:
             raise storage_error(exc, "open the memory store directory", self.root) from exc
-        self._locks = KeyLocks(self.root / _LOCKS, float(lock_timeout))
+        self._locks = KeyLocks(self.root / _LOCKS, opened.lock_timeout)
 
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
@@ -116,22 +133,40 @@ class FileStore(ItemStore):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.root)!r})"
 
+    def _check_root(self) -> None:
+        """Open read-only: the directory must be a memory store already."""
+        if not (self.root / FORMAT_FILE).exists():
+            if self.root.is_dir() and any(self.root.iterdir()):
+                raise ConfigurationError(
+                    f"{str(self.root)!r} is not empty and is not a statekeeper memory store "
+                    f"(it has no {FORMAT_FILE})"
+                )
+            raise StorageNotFoundError(
+                f"{str(self.root)!r} holds no statekeeper memory store (opened read-only, "
+                "so none was created); check the path"
+            )
+        self._check_marker()
+
+    def _check_marker(self) -> None:
+        marker = self.root / FORMAT_FILE
+        try:
+            found = json.loads(read_bytes(marker))
+            version = found["version"] if found.get("format") == _FORMAT_NAME else None
+        except (ValueError, TypeError, KeyError, AttributeError):
+            version = None
+        if not isinstance(version, int):
+            raise StorageError(f"{str(marker)!r} is not a statekeeper memory store's")
+        if version > _VERSION:
+            raise SchemaVersionError(
+                f"the memory store in {str(self.root)!r} has format version {version}, "
+                f"newer than this statekeeper knows ({_VERSION}); upgrade"
+            )
+
     def _open_root(self) -> None:
         marker = self.root / FORMAT_FILE
         self.root.mkdir(parents=True, exist_ok=True)
         if marker.exists():
-            try:
-                found = json.loads(read_bytes(marker))
-                version = found["version"] if found.get("format") == _FORMAT_NAME else None
-            except (ValueError, TypeError, KeyError, AttributeError):
-                version = None
-            if not isinstance(version, int):
-                raise StorageError(f"{str(marker)!r} is not a statekeeper memory store's")
-            if version > _VERSION:
-                raise SchemaVersionError(
-                    f"the memory store in {str(self.root)!r} has format version {version}, "
-                    f"newer than this statekeeper knows ({_VERSION}); upgrade"
-                )
+            self._check_marker()
         elif any(self.root.iterdir()):
             raise ConfigurationError(
                 f"{str(self.root)!r} is not empty and is not a statekeeper memory store "
@@ -155,6 +190,20 @@ class FileStore(ItemStore):
 
     def _writing(self, namespaces: set[Namespace]) -> contextlib.AbstractContextManager[None]:
         return self._locks.hold(*(file_name(".".join(ns)) for ns in namespaces))
+
+    # -- read-only ---------------------------------------------------------------------------
+
+    def _refuse(self, operation: str) -> None:
+        if self.read_only:
+            raise ReadOnlyError(
+                f"cannot {operation}: {self!r} is open read-only (mode=ro, or the storage "
+                "is not writable); open it read-write on writable storage to change it"
+            )
+
+    def _run(self, plan: Plan, now: float) -> list[Result]:
+        if plan.writes:
+            self._refuse("put or delete memory items")  # before anything is touched
+        return super()._run(plan, now)
 
     # -- items -------------------------------------------------------------------------------
 
@@ -190,6 +239,8 @@ class FileStore(ItemStore):
                     break  # one live item is enough
 
     def _refresh(self, items: Sequence[StoredItem], now: float) -> None:
+        if self.read_only:
+            return  # a read-only reader cannot restart TTL clocks; the read still works
         with self._writing({item.namespace for item in items}):
             for item in items:
                 path = self._path(item.namespace, item.key)
@@ -208,6 +259,7 @@ class FileStore(ItemStore):
     def _sweep(self, now: float) -> int:
         if self._closed:
             raise StorageError(f"{self!r} is closed; open a new store")
+        self._refuse("delete expired memory items")
         removed = 0
         for _, files in list(self._walk(self._items)):
             expired = [

@@ -1,0 +1,184 @@
+"""Opening the directory of a file checkpointer: its format marker, read-only mode, and
+the upgrade of a directory written in format 2 (before logs had heads).
+
+``statekeeper.json`` names the format and its version. Version 3 (this one) adds a head
+beside each log and a manifest in each thread folder (see :mod:`._log`); its lines chain
+to the line before. A format 2 directory opened read-write is upgraded in place, without
+rewriting a line: each thread in turn, under its locks, gets a head for each log as the
+log is (every complete line counts as committed) and a manifest of the namespaces it has;
+then the marker says 3. Its old lines stay as they are, new lines chain to them. A format
+2 directory opened read-only is read as it is (lines and files checked by their own
+checksums; without heads, a log cut at a line boundary cannot be told from a shorter
+history).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from statekeeper._storage.files import TEMP_PREFIX, KeyLocks, read_bytes, replace_file, sync_dir
+from statekeeper.backends.file._layout import decode_name, is_hashed
+from statekeeper.backends.file._log.head import head_path, initial_head
+from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex
+from statekeeper.backends.file._log.manifest import write_manifest
+from statekeeper.backends.file._log.view import IndexView
+from statekeeper.backends.file._log.write import head_for
+from statekeeper.backends.file._namespace import names_in
+from statekeeper.errors import ConfigurationError, SchemaVersionError, StorageNotFoundError
+
+__all__ = ["FORMAT_FILE", "VERSION", "WRITES_LOCK", "Opened", "open_directory", "thread_locks"]
+
+FORMAT_FILE = "statekeeper.json"
+VERSION = 3
+_OLDEST = 2  # the oldest format read (and upgraded)
+_NAME = "statekeeper-file"
+_SUBDIRS = ("threads", "locks", "quarantine", "trash")
+# The suffix of a thread's second lock: "@" never occurs in a file_name, so it names no thread.
+WRITES_LOCK = "@writes"
+
+
+class Opened(NamedTuple):
+    """What opening found: the format ``version`` now in force, and whether the
+    directory is open ``read_only`` (asked for, or not writable)."""
+
+    version: int
+    read_only: bool
+
+
+def thread_locks(name: str) -> tuple[str, str]:
+    """Both lock names of the thread folder ``name``, in the order they are taken."""
+    return name, name + WRITES_LOCK
+
+
+def writable(root: Path) -> bool:
+    """Whether ``root`` (an existing directory) can be written: not on a read-only mount,
+    and ours to write."""
+    read_only_mount = bool(os.statvfs(root).f_flag & os.ST_RDONLY)
+    return not read_only_mount and os.access(root, os.W_OK)
+
+
+def open_directory(root: Path, *, read_only: bool, durable: bool, locks: KeyLocks) -> Opened:
+    """Open ``root`` as a checkpoint directory: read-only when asked or when it is not
+    writable (nothing is created or changed then); otherwise created if missing and
+    upgraded to :data:`VERSION` if older.
+
+    Raises:
+        StorageNotFoundError: opened read-only, and there is no checkpoint directory.
+        ConfigurationError: it exists, is not empty and is not a checkpoint directory.
+        SchemaVersionError: it was written by a newer statekeeper, or in format 1.
+        OSError: it cannot be read or created.
+    """
+    if not read_only and root.is_dir() and not writable(root):
+        read_only = True
+    if read_only:
+        version = _read_marker(root)
+        if version is None:
+            raise StorageNotFoundError(
+                f"{str(root)!r} holds no statekeeper checkpoint directory (opened "
+                "read-only, so none was created); check the path"
+            )
+        return Opened(version, True)
+    root.mkdir(parents=True, exist_ok=True)
+    version = _read_marker(root)
+    if version is None:
+        _write_marker(root, durable=True)
+        version = VERSION
+    created = False
+    for sub in _SUBDIRS:
+        with contextlib.suppress(FileExistsError):
+            (root / sub).mkdir()
+            created = True
+    if created:  # else a power loss could lose threads/ with everything put in it
+        sync_dir(root)
+    if version < VERSION:
+        _upgrade(root, locks, durable=durable)
+    return Opened(VERSION, False)
+
+
+def _read_marker(root: Path) -> int | None:
+    """The version the marker of ``root`` names; None if ``root`` is missing or empty."""
+    marker = root / FORMAT_FILE
+    try:
+        found = json.loads(read_bytes(marker))
+    except (FileNotFoundError, NotADirectoryError):
+        try:
+            strays = [p for p in root.iterdir() if not p.name.startswith(TEMP_PREFIX)]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if strays:
+            raise ConfigurationError(
+                f"{str(root)!r} is not empty and holds no {FORMAT_FILE}, so it is "
+                "not a statekeeper file store; choose a new or empty directory"
+            ) from None
+        return None
+    except ValueError:
+        found = {}
+    if not isinstance(found, dict) or found.get("format") != _NAME:
+        raise ConfigurationError(f"{str(marker)!r} is not a statekeeper format marker")
+    version = found.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise SchemaVersionError(
+            f"{str(root)!r} uses file format version {version!r}, newer than this "
+            f"statekeeper understands ({VERSION}); upgrade it"
+        )
+    if version < _OLDEST:
+        raise SchemaVersionError(
+            f"{str(root)!r} uses file format version {version}, which this statekeeper "
+            f"no longer reads (it writes version {VERSION}); to keep its threads, open it "
+            "with the statekeeper that wrote it and put every checkpoint (with its "
+            "writes) into a new directory, or start a new directory"
+        )
+    return version
+
+
+def _write_marker(root: Path, *, durable: bool) -> None:
+    marker = json.dumps({"format": _NAME, "version": VERSION}).encode() + b"\n"
+    replace_file(root / FORMAT_FILE, marker, durable=durable)
+    sync_dir(root)
+
+
+def _upgrade(root: Path, locks: KeyLocks, *, durable: bool) -> None:
+    """Give every log of a format 2 directory its head and every thread its manifest,
+    thread by thread under its locks; then mark the directory format 3."""
+    threads = root / "threads"
+    for name in names_in(threads):
+        if (threads / name).is_dir():
+            with locks.hold(*thread_locks(name)):
+                _upgrade_thread(threads / name, durable=durable)
+    _write_marker(root, durable=durable)
+
+
+def _upgrade_thread(thread_dir: Path, *, durable: bool) -> None:
+    thread_id = None if is_hashed(thread_dir.name) else _decoded(thread_dir.name)
+    namespaces: set[str] = set()
+    for ns_name in names_in(thread_dir):
+        ns_dir = thread_dir / ns_name
+        if not ns_dir.is_dir():
+            continue
+        for kind in (WRITES, CHECKPOINTS):
+            try:
+                with IndexView(ns_dir / kind, lambda _: None, kind=kind) as view:
+                    head = head_for(view)
+                    header = view.header()
+            except (FileNotFoundError, NotADirectoryError, DamagedIndex):
+                continue  # no log, or no intact header: verify() reports what is wrong
+            initial_head(head_path(ns_dir / kind), head, durable=durable)
+            if kind == CHECKPOINTS and thread_id in (None, header.get("thread_id")):
+                thread_id = header.get("thread_id")
+                if isinstance(header.get("checkpoint_ns"), str):
+                    namespaces.add(header["checkpoint_ns"])
+        if durable:
+            sync_dir(ns_dir)
+    if namespaces and isinstance(thread_id, str):
+        write_manifest(thread_dir, thread_id, namespaces, durable=durable)
+
+
+def _decoded(name: str) -> str | None:
+    try:
+        return decode_name(name)
+    except ValueError:
+        return None
