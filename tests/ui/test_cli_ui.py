@@ -7,14 +7,11 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from statekeeper.checkpointers import open_checkpointer
-from statekeeper.cli import ui as cli_ui
-from statekeeper.errors import ConfigurationError
 from statekeeper.graphs import Runner
 from statekeeper.ui.server import bind
 from tests.ui.conftest import QUESTION, REF
@@ -71,31 +68,16 @@ def test_a_graph_that_does_not_load_is_a_usage_error(capsys: pytest.CaptureFixtu
     assert "cannot load graph 'no_such_module:graph'" in capsys.readouterr().err
 
 
-def test_read_only_is_asked_of_the_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without --write the storage is opened with mode="ro"; a backend that does not take
-    the option yet is opened as is, with a warning."""
-    calls: list[dict[str, Any]] = []
+def test_without_write_the_storage_is_opened_read_only_and_never_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from statekeeper.cli import EXIT, main
 
-    def takes_mode(url: str, **options: Any) -> str:
-        calls.append(options)
-        return "opened"
-
-    def lacks_mode(url: str, **options: Any) -> str:
-        calls.append(options)
-        if options:
-            raise ConfigurationError("unknown SQLite option 'mode'; known options: busy_timeout")
-        return "opened"
-
-    def refuses(url: str, **options: Any) -> str:
-        raise ConfigurationError("unknown SQLite option 'busy'; known options: busy_timeout")
-
-    assert cli_ui._read_only(takes_mode, "sqlite:///x.db", "storage") == "opened"
-    assert calls == [{"mode": "ro"}]
-    calls.clear()
-    assert cli_ui._read_only(lacks_mode, "sqlite:///x.db", "storage") == "opened"
-    assert calls == [{"mode": "ro"}, {}]
-    with pytest.raises(ConfigurationError, match="option 'busy'"):
-        cli_ui._read_only(refuses, "sqlite:///x.db", "storage")
+    missing = tmp_path / "nothing" / "state.db"
+    code = main(["--db", f"sqlite:///{missing}", "ui", "--port", "0", "--no-browser"])
+    assert code == EXIT["not_found"]
+    assert "no database at" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no database, no folder, no lock file
 
 
 @pytest.mark.slow

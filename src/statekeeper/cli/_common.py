@@ -104,6 +104,16 @@ class Commands:
 Adder = Callable[[Commands], None]
 
 
+def read_only_options(url: str, schemes: list[str]) -> dict[str, Any]:
+    """The options that open ``url`` read-only: ``mode=ro``, unless the URL sets a mode
+    itself or is ``memory://`` (storage that lives only in this process: nothing to
+    protect, nothing to find)."""
+    from statekeeper.urls import parse_url
+
+    parsed = parse_url(url, schemes)
+    return {} if parsed.scheme == "memory" or "mode" in parsed.options else {"mode": "ro"}
+
+
 def open_saver(url: str, *, read_only: bool = False) -> Any:
     """The checkpointer at ``url`` (``--db``), as a context manager.
 
@@ -113,14 +123,8 @@ def open_saver(url: str, *, read_only: bool = False) -> Any:
     :class:`StorageNotFoundError` ("no database at URL", exit 3), not a new empty one.
     """
     from statekeeper.checkpointers import known_schemes, open_checkpointer
-    from statekeeper.urls import parse_url
 
-    options: dict[str, Any] = {}
-    if read_only:
-        parsed = parse_url(url, known_schemes())
-        # memory:// storage lives only in this process: nothing to protect, nothing to find
-        if parsed.scheme != "memory" and "mode" not in parsed.options:
-            options["mode"] = "ro"
+    options = read_only_options(url, known_schemes()) if read_only else {}
     try:
         return open_checkpointer(url, **options)
     except StorageNotFoundError as exc:

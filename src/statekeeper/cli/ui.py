@@ -13,11 +13,9 @@ import os
 import socket
 import sys
 import webbrowser
-from collections.abc import Callable
 from typing import Any
 
-from statekeeper.cli._common import EXIT, Commands
-from statekeeper.errors import ConfigurationError
+from statekeeper.cli._common import EXIT, Commands, open_saver, read_only_options
 from statekeeper.urls import redact
 
 __all__ = ["add_ui"]
@@ -71,7 +69,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
         print(f"statekeeper ui: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return EXIT["usage"]
     opened: list[Any] = []
-    with sock, _open(args.db, write=args.write) as saver:
+    with sock, open_saver(args.db, read_only=not args.write) as saver:
         token = new_token()
         store_url = args.store or os.environ.get("STATEKEEPER_STORE") or args.db
         options = UIOptions(
@@ -125,29 +123,8 @@ def _remember(opened: list[Any], store: Any) -> Any:
     return store
 
 
-def _read_only(opener: Callable[..., Any], url: str, what: str) -> Any:
-    """``opener(url, mode="ro")``; a backend that does not take ``mode`` yet is opened as
-    is (the inspector still writes nothing: without ``--write`` no route writes)."""
-    try:
-        return opener(url, mode="ro")
-    except ConfigurationError as exc:
-        if "option 'mode'" not in str(exc):
-            raise
-    print(
-        f"statekeeper ui: the {what} cannot be opened read-only; nothing is written "
-        "without --write",
-        file=sys.stderr,
-    )
-    return opener(url)
-
-
-def _open(url: str, *, write: bool) -> Any:
-    from statekeeper.checkpointers import open_checkpointer
-
-    return open_checkpointer(url) if write else _read_only(open_checkpointer, url, "storage")
-
-
 def _open_store(url: str, *, write: bool) -> Any:
-    from statekeeper.memory.store import open_store
+    """The memory store at ``url``: read-only unless ``--write``, like the storage."""
+    from statekeeper.memory.store import known_store_schemes, open_store
 
-    return open_store(url) if write else _read_only(open_store, url, "memory store")
+    return open_store(url, **({} if write else read_only_options(url, known_store_schemes())))
