@@ -45,6 +45,7 @@ from statekeeper.backends.sqlite._store_schema import (
 from statekeeper.memory.store.base import Write, stamp
 from statekeeper.memory.store.lexical import query_terms
 from statekeeper.memory.store.search import (
+    Fusion,
     lexical_scores,
     literal_prefix,
     rank,
@@ -147,7 +148,7 @@ def search(
     op: SearchOp,
     now: float,
     query_vector: Sequence[float] | None,
-    semantic_weight: float,
+    fusion: Fusion,
 ) -> tuple[list[SearchItem], list[int]]:
     """Run one search; return the page of results and the ids whose TTL is to be refreshed.
 
@@ -159,7 +160,7 @@ def search(
     params = scope(op.namespace_prefix, now)
     page: Sequence[tuple[Row, float | None]]
     if op.query:
-        ranked = _ranked(conn, op, params, query_vector, semantic_weight)
+        ranked = _ranked(conn, op, params, query_vector, fusion)
         page = ranked[op.offset : op.offset + op.limit]
     else:
         page = [(row, None) for row in _listing(conn, op, params)]
@@ -191,7 +192,7 @@ def _ranked(
     op: SearchOp,
     params: tuple[Any, ...],
     query_vector: Sequence[float] | None,
-    semantic_weight: float,
+    fusion: Fusion,
 ) -> list[tuple[Row, float]]:
     assert op.query is not None
     wanted = query_terms(op.query)
@@ -217,7 +218,7 @@ def _ranked(
     def keep(item_id: int) -> bool:
         return not op.filter or matches_filter(decode_value(rows[item_id][3]), op.filter)
 
-    ranked = rank(list(rows), lexical, semantic, semantic_weight, keep)
+    ranked = rank(list(rows), lexical, semantic, fusion, keep)
     return [(rows[item_id], score) for item_id, score in ranked]
 
 

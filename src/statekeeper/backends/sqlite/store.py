@@ -144,7 +144,7 @@ class SqliteStore(MemoryStore):
                         refresh.append(item_id)
                 elif isinstance(step, SearchOp):
                     vector = plan.query_vectors.get(step.query or "")
-                    found, ids = search(conn, step, now, vector, self.semantic_weight)
+                    found, ids = search(conn, step, now, vector, self.fusion)
                     results.append(found)
                     refresh.extend(ids)
                 else:

@@ -16,7 +16,7 @@ checks and plans each batch, and the shared rules live in ``search``, ``items`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langgraph.store.base import IndexConfig
 
@@ -78,6 +78,10 @@ def open_store(url: str, *, index: IndexConfig | None = None, **options: Any) ->
                 f"schemes: {', '.join(s + '://' for s in known)}"
             )
     parsed = parse_url(url, known)
+    embed = parsed.options.pop("embed", None)
+    wanted = embed is not None and embed.strip().casefold() not in ("", "none", "off")
+    if wanted and (index is None or "embed" not in index):  # keywords win
+        index = cast(IndexConfig, {**(index or {}), "embed": embed})
     store: MemoryStore = backend_class("store", scheme=parsed.scheme).from_url(
         parsed, {**options, "index": index}
     )

@@ -33,8 +33,10 @@ from langgraph.store.base import (
 )
 
 from statekeeper.errors import ConfigurationError
+from statekeeper.memory.embeddings import as_embeddings, check_dims
+from statekeeper.memory.notes import NOTE_KIND
 from statekeeper.memory.store import lexical
-from statekeeper.memory.store.search import check_list, check_page
+from statekeeper.memory.store.search import Fusion, check_list, check_page
 from statekeeper.memory.store.values import (
     Fields,
     check_filter,
@@ -150,6 +152,9 @@ class MemoryStore(BaseStore):
         self.ttl_config = _check_ttl_config(ttl)
         self.index_config = dict(index) if index is not None else None
         self.embeddings, self._dims, self._fields = _check_index(index)
+        # a model may say what cosine unrelated texts reach with it (StaticEmbeddings does)
+        floor = getattr(self.embeddings, "similarity_floor", None)
+        self.fusion = Fusion(semantic_weight, floor if isinstance(floor, float) else None)
 
     def close(self) -> None:
         """Release the storage. Idempotent; later calls raise StorageError."""
@@ -232,10 +237,15 @@ class MemoryStore(BaseStore):
             raise ConfigurationError(f"ttl must be a number of minutes > 0, got {op.ttl!r}")
         value = encode_value(op.value)
         texts: list[tuple[str, str]] = []
+        fields: Fields | None = None
         if op.index is not False:
             fields = self._fields if op.index is None else parse_fields(op.index)
             texts = indexed_texts(op.value, fields)
         terms = tuple(lexical.terms("\n".join(text for _, text in texts)))
+        if fields is None and op.value.get("kind") == NOTE_KIND:
+            # A note's meaning is its text: its topics (names, dates, rare words) are
+            # single words whose vectors would match anything near them.
+            texts = [(path, text) for path, text in texts if path == "text"]
         plan.to_embed.append((len(plan.steps), tuple(path for path, _ in texts)))
         plan.texts.extend(text for _, text in texts)
         return Write(op.namespace, op.key, value, op.ttl, terms, ())
@@ -262,11 +272,11 @@ def _check_index(
     dims = index.get("dims")
     if dims is not None and (not isinstance(dims, int) or dims < 1):
         raise ConfigurationError(f"index dims must be a positive integer, got {dims!r}")
-    embed = index.get("embed")
+    embed = as_embeddings(index.get("embed"))
     if embed is None:
         return None, dims, fields
     try:
-        return ensure_embeddings(embed), dims, fields
+        return ensure_embeddings(embed), check_dims(dims, embed), fields
     except ValueError as exc:
         raise ConfigurationError(f"cannot use the index's embed: {exc}") from exc
 

@@ -27,6 +27,7 @@ from statekeeper.errors import StorageError
 from statekeeper.memory.store.base import MemoryStore, Plan, Write, stamp
 from statekeeper.memory.store.lexical import query_terms
 from statekeeper.memory.store.search import (
+    Fusion,
     bm25,
     lexical_scores,
     literal_prefix,
@@ -110,7 +111,7 @@ def search_items(
     items: Sequence[StoredItem],
     op: SearchOp,
     query_vector: Sequence[float] | None,
-    semantic_weight: float,
+    fusion: Fusion,
 ) -> list[tuple[StoredItem, float | None]]:
     """One page of ``op``'s results among ``items`` (every live item under the prefix),
     ranked as the SQLite store ranks them: newest first without a query; with one, by
@@ -146,7 +147,7 @@ def search_items(
             if items[i].vectors
         }
         order += [i for i in semantic if i not in lexical]
-    ranked = rank(order, lexical, semantic, semantic_weight, keep)
+    ranked = rank(order, lexical, semantic, fusion, keep)
     return [(items[i], score) for i, score in ranked[op.offset : op.offset + op.limit]]
 
 
@@ -188,7 +189,7 @@ class ItemStore(MemoryStore):
                 elif isinstance(step, SearchOp):
                     items = [i for i in self._scan(step.namespace_prefix, now) if i.live(now)]
                     vector = plan.query_vectors.get(step.query or "")
-                    page = search_items(items, step, vector, self.semantic_weight)
+                    page = search_items(items, step, vector, self.fusion)
                     results.append([item.search_item(score) for item, score in page])
                     if step.refresh_ttl:
                         refresh.extend(item for item, _ in page if item.ttl is not None)

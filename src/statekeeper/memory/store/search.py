@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from langgraph.store.base import ListNamespacesOp, MatchCondition
@@ -20,6 +21,7 @@ from statekeeper.memory.store.lexical import coverage, weights
 from statekeeper.memory.store.values import cosine, unpack_vector
 
 __all__ = [
+    "Fusion",
     "bm25",
     "check_list",
     "check_page",
@@ -58,33 +60,61 @@ def lexical_scores(
 
 
 def similarity(query_vector: Sequence[float], blobs: Iterable[bytes]) -> float:
-    """``max(0, cosine)`` of the best-matching stored embedding, in [0, 1]; 0 for none."""
+    """The cosine of the best-matching stored embedding, clipped to [0, 1]; 0 for none."""
     best = 0.0
     for blob in blobs:
         best = max(best, min(max(cosine(query_vector, unpack_vector(blob)), 0.0), 1.0))
     return best
 
 
+@dataclass(frozen=True)
+class Fusion:
+    """How a lexical and a semantic score make one, in [0, 1].
+
+    Without a ``floor`` (a model that does not say how its cosines are spread):
+    ``score = (1 - weight) * lexical + weight * max(0, cos)``. With one (what unrelated
+    texts reach with the model, e.g. :class:`~statekeeper.memory.embeddings.StaticEmbeddings`),
+    a cosine at or below it counts as no similarity, the rest is stretched to [0, 1]
+    (``semantic = (cos - floor) / (1 - floor)``), and the two are combined as a soft OR,
+    ``score = 1 - (1 - lexical) * (1 - weight * semantic)``: similarity adds to the
+    lexical evidence without diluting it, so the relevance floor keeps its meaning.
+    """
+
+    weight: float = 0.5
+    floor: float | None = None
+
+    def semantic(self, cos: float) -> float:
+        if self.floor is None:
+            return cos
+        return min(max(cos - self.floor, 0.0) / (1.0 - self.floor), 1.0)
+
+    def score(self, lexical: float, semantic: float) -> float:
+        if self.floor is None:
+            return (1.0 - self.weight) * lexical + self.weight * semantic
+        # calibrated similarity: it adds to the lexical evidence, never dilutes it
+        return 1.0 - (1.0 - lexical) * (1.0 - self.weight * semantic)
+
+
 def rank(
     order: Sequence[K],
     lexical: Mapping[K, float],
     semantic: Mapping[K, float] | None,
-    semantic_weight: float,
+    fusion: Fusion,
     keep: Callable[[K], bool],
 ) -> list[tuple[K, float]]:
     """Score the candidates and sort them best first.
 
     ``order`` holds every candidate once: the lexical matches in BM25 order, then the
-    items only embeddings found, newest first. Without ``semantic`` the score is the
-    lexical one; with it, ``(1 - w) * lexical + w * semantic``. Items scoring 0 or that
-    ``keep`` refuses (the filter) are dropped; equal scores keep ``order``.
+    items only embeddings found, newest first. Without ``semantic`` (cosines, from
+    :func:`similarity`) the score is the lexical one; with it, ``fusion`` mixes them.
+    Items scoring 0 or that ``keep`` refuses (the filter) are dropped; equal scores keep
+    ``order``.
     """
     if semantic is None:
         scores = {item: lexical.get(item, 0.0) for item in order}
     else:
         scores = {
-            item: (1.0 - semantic_weight) * lexical.get(item, 0.0)
-            + semantic_weight * semantic.get(item, 0.0)
+            item: fusion.score(lexical.get(item, 0.0), fusion.semantic(semantic.get(item, 0.0)))
             for item in order
         }
     ranked = [(item, scores[item]) for item in order if scores[item] > 0.0 and keep(item)]
