@@ -3,7 +3,8 @@ the ratio of every other row to each of LangGraph's savers (< 1: faster or small
 
 A row is a dict with ``saver`` (its label), ``langgraph`` (is it one of LangGraph's own
 savers, which the ratios are taken against), ``error`` (``None``, or why the row did not
-run) and one number, or ``None``, per column.
+run) and one number, or ``None``, per column; rows with a ``group`` (e.g. a variant of
+the workload) are compared only with LangGraph's rows of the same group.
 """
 
 import json
@@ -74,7 +75,8 @@ class Progress:
 
 def ratios(rows: Iterable[Row], columns: Iterable[str]) -> dict[str, dict[str, float | None]]:
     """``"ours / theirs"`` -> column -> ratio, for every row that ran against every one of
-    LangGraph's rows that ran (``None`` where either value is missing or zero)."""
+    LangGraph's rows of its group that ran (``None`` where either value is missing or
+    zero)."""
     ok = [row for row in rows if row.get("error") is None]
     columns = list(columns)
     out: dict[str, dict[str, float | None]] = {}
@@ -82,7 +84,7 @@ def ratios(rows: Iterable[Row], columns: Iterable[str]) -> dict[str, dict[str, f
         if mine["langgraph"]:
             continue
         for theirs in ok:
-            if not theirs["langgraph"]:
+            if not theirs["langgraph"] or theirs.get("group") != mine.get("group"):
                 continue
             out[f"{mine['saver']} / {theirs['saver']}"] = {
                 column: (
