@@ -123,12 +123,17 @@ def table(rows: Iterable[Row], columns: Mapping[str, str], first: str = "saver")
     return lines
 
 
-def ratio_table(rows: Iterable[Row], columns: Mapping[str, str]) -> list[str]:
+LOWER_IS_BETTER = "Ratios to LangGraph's savers (< 1: faster / smaller than LangGraph's):"
+
+
+def ratio_table(
+    rows: Iterable[Row], columns: Mapping[str, str], caption: str = LOWER_IS_BETTER
+) -> list[str]:
     """The ratios of :func:`ratios` as a markdown table (nothing when no pair ran)."""
     found = ratios(rows, columns)
     if not found:
         return []
-    lines = ["", "Ratios to LangGraph's savers (< 1: faster / smaller than LangGraph's):", ""]
+    lines = ["", caption, ""]
     lines += [
         "| ratio | " + " | ".join(columns.values()) + " |",
         "|---|" + "---:|" * len(columns),
