@@ -101,3 +101,11 @@ def build_graph(saver: BaseCheckpointSaver[Any], *, summarize: bool = False) -> 
 
 def thread_config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
+
+
+def play(graph: Any, thread_ids: list[str], turns: int) -> None:
+    """Play ``turns`` untimed turns round-robin over the threads (turn 1 of every thread,
+    then turn 2, ...)."""
+    for turn in range(turns):
+        for t, thread_id in enumerate(thread_ids):
+            graph.invoke(turn_input(t, turn), thread_config(thread_id))

@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _chat import build_graph, thread_config, turn_input
+from _chat import build_graph, play, thread_config, turn_input
 from _report import Progress, Row, as_json, ratio_table, rotated, table, timed_ms
 from _savers import BACKENDS, Backend, Store
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -106,13 +106,6 @@ class Run:
     store: Store
     graph: Any
     result: Result
-
-
-def play(graph: Any, thread_ids: list[str], turns: int) -> None:
-    """Play ``turns`` untimed turns round-robin over the threads."""
-    for turn in range(turns):
-        for t, thread_id in enumerate(thread_ids):
-            graph.invoke(turn_input(t, turn), thread_config(thread_id))
 
 
 def exercise_reads(graph: Any, saver: BaseCheckpointSaver[Any], thread_ids: list[str]) -> None:
