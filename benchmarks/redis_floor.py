@@ -31,7 +31,8 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import redis
-from chat_workload import RoundTripFloor, build_graph, human_text, redis_url, thread_config
+from _chat import build_graph, human_text, thread_config
+from _savers import RoundTripFloor, redis_url
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver

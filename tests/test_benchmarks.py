@@ -130,3 +130,110 @@ def test_contention_runs_and_its_guarantees_hold(tmp_path: Path) -> None:
             assert row["holds"], row
             assert row["found"] == row["expected"]
             assert row["refused_with_checkpoints"] == 0
+
+
+def _networked_env() -> dict[str, str]:
+    from tests.redis_servers import REDIS
+
+    return {**os.environ, "REDIS_URL": REDIS.standalone(), "POSTGRES_URL": _postgres_url()}
+
+
+def test_long_thread_runs_every_saver_with_and_without_summarization(tmp_path: Path) -> None:
+    out = _run("long_thread.py", "--turns", "3", "--json", cwd=tmp_path, env=_networked_env())
+    payload = json.loads(out)
+    savers = [
+        "LangGraph InMemorySaver",
+        "LangGraph SqliteSaver",
+        "statekeeper SqliteCheckpointer",
+        "statekeeper FileCheckpointer",
+        "statekeeper RedisCheckpointer",
+    ]
+    rows = payload["results"]
+    assert [r["saver"] for r in rows] == savers + [f"{s} + SummarizationNode" for s in savers]
+    for row in rows:
+        assert row["error"] is None, row
+        assert row["bytes"] > 0
+        assert row["first_ms"] > 0
+        assert row["last_ms"] > 0
+        assert row["messages"] == 6  # 3 turns, no compaction yet at this size
+    # each of ours against both LangGraph rows of its own variant only
+    assert len(payload["ratios"]) == 2 * 3 * 2
+    assert all(
+        ("SummarizationNode" in name.split(" / ")[0]) == ("SummarizationNode" in name)
+        and name.count("SummarizationNode") in (0, 2)
+        for name in payload["ratios"]
+    )
+
+
+def test_fleet_runs_every_async_saver(tmp_path: Path) -> None:
+    out = _run(
+        "fleet.py",
+        *("--conversations", "3", "--turns", "2", "--json"),
+        cwd=tmp_path,
+        env=_networked_env(),
+    )
+    payload = json.loads(out)
+    assert (payload["conversations"], payload["turns"]) == (3, 2)
+    rows = payload["results"]
+    assert [r["saver"] for r in rows] == [
+        "LangGraph InMemorySaver",
+        "LangGraph AsyncSqliteSaver",
+        "LangGraph AsyncPostgresSaver",
+        "statekeeper SqliteCheckpointer",
+        "statekeeper FileCheckpointer",
+        "statekeeper RedisCheckpointer",
+    ]
+    for row in rows:
+        assert row["error"] is None, row
+        assert row["turns_per_s"] > 0
+        assert 0 < row["p50_ms"] <= row["p95_ms"]
+    assert len(payload["ratios"]) == 3 * 3
+
+
+def test_fleet_skips_postgres_saying_why_when_it_does_not_answer(tmp_path: Path) -> None:
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    env = {**os.environ, "POSTGRES_URL": f"postgresql://postgres@127.0.0.1:{port}/postgres"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "fleet.py"),
+            *("--conversations", "1", "--turns", "1"),
+            *("--savers", "memory,postgres", "--json"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    rows = json.loads(done.stdout)["results"]
+    assert rows[0]["error"] is None
+    assert rows[1]["error"].startswith(f"no PostgreSQL answers at 127.0.0.1:{port}")
+    assert "skipping LangGraph AsyncPostgresSaver" in done.stderr
+
+
+def test_peak_rss_runs_every_saver_in_a_process_of_its_own(tmp_path: Path) -> None:
+    out = _run(
+        "peak_rss.py",
+        *("--threads", "1", "--turns", "2", "--json"),
+        cwd=tmp_path,
+        env=_networked_env(),
+    )
+    payload = json.loads(out)
+    rows = payload["results"]
+    assert [r["saver"] for r in rows] == [
+        "LangGraph InMemorySaver",
+        "LangGraph SqliteSaver",
+        "LangGraph PostgresSaver",
+        "statekeeper SqliteCheckpointer",
+        "statekeeper FileCheckpointer",
+        "statekeeper RedisCheckpointer",
+    ]
+    for row in rows:
+        assert row["error"] is None, row
+        assert 0 < row["baseline_mib"] <= row["peak_mib"]
+        assert row["workload_mib"] == row["peak_mib"] - row["baseline_mib"]
+    assert len(payload["ratios"]) == 3 * 3

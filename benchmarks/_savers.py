@@ -1,0 +1,342 @@
+"""The savers the benchmarks compare, each opened fresh and closed after: LangGraph's own
+(``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver`` and their async twins) and
+statekeeper's (SQLite, file, Redis), plus the loopback floor. ``BACKENDS`` are the sync
+rows, ``ASYNC_BACKENDS`` the rows an ``ainvoke`` fleet runs on.
+
+Redis is ``$REDIS_URL`` (default the local server; each row works under a fresh key
+prefix and deletes its keys afterwards), PostgreSQL ``$POSTGRES_URL`` (default the local
+server's ``postgres`` database; each row works in a schema of its own, dropped
+afterwards).
+"""
+
+import os
+import socket
+import sqlite3
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+
+
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def postgres_url() -> str:
+    return os.environ.get("POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@dataclass
+class Store:
+    """An open saver, and how to measure its size once it has been closed."""
+
+    saver: BaseCheckpointSaver[Any]
+    size: Callable[[], int | None]  # None: not a storage row
+
+
+def sqlite_file_bytes(path: Path) -> int:
+    """Size of a closed SQLite database: main file + leftover WAL after a truncating checkpoint."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    wal = path.with_name(path.name + "-wal")
+    return path.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
+
+
+def in_memory_bytes(saver: Any) -> int:
+    """Sum of every serialized value an ``InMemorySaver`` holds (typed tuples are (type, bytes))."""
+    total = 0
+    for namespaces in saver.storage.values():
+        for checkpoints in namespaces.values():
+            for checkpoint, metadata, _parent in checkpoints.values():
+                total += len(checkpoint[1]) + len(metadata[1])
+    for writes in saver.writes.values():
+        for _task_id, _channel, value, _task_path in writes.values():
+            total += len(value[1])
+    for _type, blob in saver.blobs.values():
+        total += len(blob)
+    return total
+
+
+def directory_bytes(path: Path) -> int:
+    """The sum of the sizes of the files under ``path``."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@contextmanager
+def open_in_memory(_path: Path) -> Iterator[Store]:
+    saver = InMemorySaver()
+    yield Store(saver, lambda: in_memory_bytes(saver))
+
+
+@contextmanager
+def open_langgraph_sqlite(path: Path) -> Iterator[Store]:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    try:
+        yield Store(SqliteSaver(conn), lambda: sqlite_file_bytes(path))
+    finally:
+        conn.close()
+
+
+@contextmanager
+def open_ours(path: Path) -> Iterator[Store]:
+    from statekeeper.checkpointers import open_checkpointer
+
+    with open_checkpointer(f"sqlite:///{path.resolve()}") as saver:
+        yield Store(saver, lambda: sqlite_file_bytes(path))
+
+
+@contextmanager
+def open_ours_file(path: Path) -> Iterator[Store]:
+    from statekeeper.checkpointers import open_checkpointer
+
+    with open_checkpointer(f"file://{path.resolve()}") as saver:
+        yield Store(saver, lambda: directory_bytes(path))
+
+
+@contextmanager
+def open_ours_redis(_path: Path) -> Iterator[Store]:
+    """On $REDIS_URL (default: the local server) under a fresh key prefix. Bytes: the sum
+    of MEMORY USAGE of the prefix's keys when the saver closes; then the keys are deleted."""
+    import redis
+
+    from statekeeper.checkpointers import open_checkpointer
+
+    url = redis_url()
+    prefix = f"bench-{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(url)
+    measured: list[int] = []
+    try:
+        with open_checkpointer(url, prefix=prefix) as saver:
+            yield Store(saver, lambda: measured[0])
+            keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+            measured.append(sum(client.memory_usage(k, samples=0) or 0 for k in keys))
+    finally:
+        for key in client.scan_iter(match=f"{prefix}*", count=1000):
+            client.unlink(key)
+        client.close()
+
+
+@contextmanager
+def postgres_schema() -> Iterator[tuple[str, dict[str, Any]]]:
+    """A fresh schema on $POSTGRES_URL, dropped afterwards: the URL, and the connection
+    keywords LangGraph documents for its savers, with that schema as the search path."""
+    from psycopg import Connection, sql
+    from psycopg.rows import dict_row
+
+    url = postgres_url()
+    schema = f"bench_{uuid.uuid4().hex}"
+    with Connection.connect(url, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        try:
+            yield (
+                url,
+                {
+                    "autocommit": True,
+                    "prepare_threshold": 0,
+                    "row_factory": dict_row,
+                    "options": f"-c search_path={schema}",
+                },
+            )
+        finally:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+POSTGRES_BYTES = (
+    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) AS size"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+)
+
+
+@contextmanager
+def open_langgraph_postgres(_path: Path) -> Iterator[Store]:
+    """LangGraph's ``PostgresSaver`` on $POSTGRES_URL (default: the local server's
+    ``postgres`` database), connected as LangGraph documents it, in a schema of its own
+    that is dropped afterwards. Bytes: ``pg_total_relation_size`` of its tables (indexes
+    and TOAST included) when the saver closes."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg import Connection
+
+    measured: list[int] = []
+    with postgres_schema() as (url, options), Connection.connect(url, **options) as conn:
+        saver = PostgresSaver(conn)
+        saver.setup()
+        yield Store(saver, lambda: measured[0])
+        row = conn.execute(POSTGRES_BYTES).fetchone()
+        measured.append(int(row["size"]) if row else 0)
+
+
+class RoundTripFloor(InMemorySaver):
+    """``InMemorySaver`` plus one bare ``PING`` round trip to Redis, over a raw socket, per
+    ``get_tuple``, ``put`` and ``put_writes``: the cost of a networked saver's round trips
+    alone, before any storage work or client library. Sockets are borrowed from a free
+    list, since LangGraph calls ``put`` from its background threads."""
+
+    request = b"*1\r\n$4\r\nPING\r\n"  # what one round trip sends
+    expected = b"+PONG"  # and the reply it waits for
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        parts = urlsplit(url)
+        self._address = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        self._where = f"{self._address[0]}:{self._address[1]}"
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def _round_trip(self) -> None:
+        with self._lock:
+            sock = self._idle.pop() if self._idle else None
+        if sock is None:
+            sock = socket.create_connection(self._address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            sock.sendall(self.request)
+            reply = sock.recv(64)
+        except OSError:
+            sock.close()
+            raise
+        if not reply.startswith(self.expected):  # an AUTH-protected server says -NOAUTH
+            sock.close()
+            raise RuntimeError(f"Redis at {self._where} answered {reply!r}")
+        with self._lock:
+            self._idle.append(sock)
+
+    def close(self) -> None:
+        with self._lock:
+            for sock in self._idle:
+                sock.close()
+            self._idle.clear()
+
+    def get_tuple(self, config: Any) -> Any:
+        self._round_trip()
+        return super().get_tuple(config)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        self._round_trip()
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        self._round_trip()
+        super().put_writes(*args, **kwargs)
+
+
+@contextmanager
+def open_round_trip_floor(_path: Path) -> Iterator[Store]:
+    """See :class:`RoundTripFloor`. It stores what ``InMemorySaver`` does, so its bytes are
+    left out."""
+    saver = RoundTripFloor(redis_url())
+    try:
+        yield Store(saver, lambda: None)
+    finally:
+        saver.close()
+
+
+@dataclass(frozen=True)
+class Backend:
+    key: str  # for --savers
+    label: str  # for the table
+    open: Callable[[Path], AbstractContextManager[Store]]
+    langgraph: bool = False  # ratios are taken against LangGraph's savers
+
+
+BACKENDS = [
+    Backend("memory", "LangGraph InMemorySaver", open_in_memory, langgraph=True),
+    Backend("sqlite", "LangGraph SqliteSaver", open_langgraph_sqlite, langgraph=True),
+    Backend("postgres", "LangGraph PostgresSaver", open_langgraph_postgres, langgraph=True),
+    Backend("floor", "loopback floor (InMemorySaver + 1 PING per call)", open_round_trip_floor),
+    Backend("ours", "statekeeper SqliteCheckpointer", open_ours),
+    Backend("file", "statekeeper FileCheckpointer", open_ours_file),
+    Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis),
+]
+
+
+# -- async rows (an ``ainvoke`` fleet on one event loop) ----------------------------------
+
+
+@asynccontextmanager
+async def aopen_in_memory(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    yield InMemorySaver()
+
+
+@asynccontextmanager
+async def aopen_langgraph_sqlite(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """LangGraph's ``AsyncSqliteSaver`` on one ``aiosqlite`` connection, as it documents."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        yield saver
+
+
+@asynccontextmanager
+async def aopen_langgraph_postgres(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """LangGraph's ``AsyncPostgresSaver`` on one async connection, as it documents, in a
+    schema of its own (see :func:`postgres_schema`)."""
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+    from psycopg import AsyncConnection
+
+    with postgres_schema() as (url, options):
+        async with await AsyncConnection.connect(url, **options) as conn:
+            saver = AsyncPostgresSaver(conn)
+            await saver.setup()
+            yield saver
+
+
+def _sync_to_async(
+    open_sync: Callable[[Path], AbstractContextManager[Store]],
+) -> Callable[[Path], AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]:
+    """statekeeper's savers are opened the same way for sync and async use."""
+
+    @asynccontextmanager
+    async def aopen(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        with open_sync(path) as store:
+            yield store.saver
+
+    return aopen
+
+
+@dataclass(frozen=True)
+class AsyncBackend:
+    key: str  # for --savers
+    label: str  # for the table
+    open: Callable[[Path], AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]
+    langgraph: bool = False  # ratios are taken against LangGraph's savers
+
+
+ASYNC_BACKENDS = [
+    AsyncBackend("memory", "LangGraph InMemorySaver", aopen_in_memory, langgraph=True),
+    AsyncBackend("sqlite", "LangGraph AsyncSqliteSaver", aopen_langgraph_sqlite, langgraph=True),
+    AsyncBackend(
+        "postgres", "LangGraph AsyncPostgresSaver", aopen_langgraph_postgres, langgraph=True
+    ),
+    AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
+    AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),
+    AsyncBackend("redis", "statekeeper RedisCheckpointer", _sync_to_async(open_ours_redis)),
+]
+
+
+def postgres_unreachable() -> str | None:
+    """Why $POSTGRES_URL's server cannot be used (``None``: it answers)."""
+    parts = urlsplit(postgres_url())
+    where = f"{parts.hostname or '127.0.0.1'}:{parts.port or 5432}"
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5432), 2).close()
+    except OSError as exc:
+        return f"no PostgreSQL answers at {where} ({exc.strerror or exc})"
+    return None
