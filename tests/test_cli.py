@@ -126,11 +126,15 @@ def test_diff_between_named_checkpoints(db: str, capsys: Any) -> None:
 
 
 def test_unknown_thread_and_checkpoint_exit_3(db: str, capsys: Any) -> None:
-    for argv in (["show", "nope"], ["history", "nope"], ["show", "t1", "--checkpoint", "x"]):
+    for argv, hint in (
+        (["show", "nope"], "statekeeper threads --db"),
+        (["history", "nope"], "statekeeper threads --db"),
+        (["show", "t1", "--checkpoint", "x"], "statekeeper history t1 --db"),
+    ):
         code, _, err = run(capsys, *argv, "--db", db)
         assert code == EXIT["not_found"], argv
         assert "nope" in err or "'x'" in err
-        assert "statekeeper threads" in err
+        assert f"`{hint} {db}`" in err  # the command that lists what is there, as typed
 
 
 def test_bad_url_is_a_usage_error(capsys: Any) -> None:

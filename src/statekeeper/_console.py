@@ -3,6 +3,11 @@
 Shared by the CLI and text reports (``statekeeper.memory.eval.render``). Nothing here
 decides what to show; the callers do. Output goes to stdout, progress and diagnostics to
 stderr, so ``--json`` output can always be piped.
+
+Stored text is anyone's text: a thread id may hold a newline, a terminal escape or a
+right-to-left override (U+202E) that would make a table lie about what it shows. Every
+table cell goes through :func:`escape`, and :func:`dumps` writes the same characters as
+JSON escapes (the value parsed back is unchanged).
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import enum
 import json
 import os
 import sys
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from pydantic import BaseModel
 
-__all__ = ["Progress", "dumps", "jsonable", "table"]
+__all__ = ["Progress", "dumps", "escape", "jsonable", "table"]
 
 _CELL = 60  # widest table cell before it is cut with an ellipsis
 
@@ -82,8 +88,48 @@ _CONVERSIONS: tuple[tuple[Callable[[Any], bool], Callable[[Any], Any]], ...] = (
 
 
 def dumps(value: Any, *, indent: int | None = 2) -> str:
-    """``value`` as JSON text (through :func:`jsonable`), unicode kept readable."""
-    return json.dumps(jsonable(value), indent=indent, ensure_ascii=False)
+    """``value`` as JSON text (through :func:`jsonable`), unicode kept readable except
+    the characters :func:`escape` escapes, written as ``\\uXXXX`` escapes."""
+    text = json.dumps(jsonable(value), indent=indent, ensure_ascii=False)
+    if text.isascii() and "\x7f" not in text:
+        return text
+    # json.dumps escaped every character below U+0020 inside strings (those left are
+    # the indentation's newlines); outside strings JSON text is ASCII, so only the
+    # contents of strings change
+    return "".join(
+        json.dumps(char)[1:-1] if char >= " " and _unsafe(char) else char for char in text
+    )
+
+
+# the zero-width joiners are part of how some scripts and emoji are written
+_JOINERS = frozenset("\u200c\u200d")
+# control, format (bidi overrides and isolates, zero-width spaces...), surrogate and
+# line/paragraph separator characters: what changes how a terminal shows the rest
+_UNSAFE = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape(text: str) -> str:
+    """``text`` with every control, format, surrogate and line-separator character
+    (newlines, terminal escapes, U+202E and the other bidi controls, zero-width
+    spaces) written as a visible escape (``\\n``, ``\\x1b``, ``\\u202e``), so what a
+    terminal shows is what is stored, in order. Other characters are kept as they are."""
+    if text.isprintable():  # the fast path: none of those is printable
+        return text
+    return "".join(_escaped(char) if _unsafe(char) else char for char in text)
+
+
+def _unsafe(char: str) -> bool:
+    return unicodedata.category(char) in _UNSAFE and char not in _JOINERS
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -100,8 +146,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _cell(value: Any) -> str:
-    text = "-" if value is None or value == "" else str(value)
-    text = text.replace("\n", " ")
+    text = "-" if value is None or value == "" else escape(str(value))
     return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "Damage",
     "GraphLoadError",
     "InvalidIdError",
+    "InvalidInputError",
     "NoPendingInterruptError",
     "NothingToResumeError",
     "ReadOnlyError",
@@ -116,7 +117,20 @@ class ThreadExistsError(StatekeeperError):
 
 
 class ThreadNotFoundError(StatekeeperError, LookupError):
-    """The thread (or the checkpoint named in it) has no checkpoints in this storage."""
+    """The thread (or the checkpoint named in it) has no checkpoints in this storage.
+
+    ``thread_id`` and ``checkpoint_id`` name what is missing, when the raiser knows
+    (``checkpoint_id`` is ``None`` when the thread itself is missing)."""
+
+    def __init__(
+        self, message: str, *, thread_id: str | None = None, checkpoint_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.checkpoint_id = checkpoint_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
 
 
 class ThreadBusyError(StatekeeperError):
@@ -162,6 +176,25 @@ class StateValidationError(StatekeeperError, ValueError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self),), self.__dict__)
+
+
+class InvalidInputError(StateValidationError):
+    """The input given to a new run does not fit the graph's input schema: it is not an
+    object, names a key that is not one of the schema's fields, or a value does not
+    validate. Raised before anything is claimed or written. ``field`` is the dotted path
+    of the first invalid field (``None`` when the whole input is at fault); ``errors``
+    lists every problem as ``(path, message)``."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        field: str | None = None,
+        errors: tuple[tuple[str | None, str], ...] = (),
+    ) -> None:
+        super().__init__(message, thread_id=thread_id, field=field)
+        self.errors = errors
 
 
 class GraphLoadError(ConfigurationError):

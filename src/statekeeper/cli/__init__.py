@@ -14,7 +14,12 @@ JSON with ``--json``. Progress bars and errors go to stderr. Exit codes (:data:`
  6    read-only: a write to storage opened read-only or not writable
  10   interrupted: the run waits at an ``interrupt()``; answer with ``resume --answer``
  130  stopped by Ctrl-C (SIGINT)
+ 141  closed pipe: whoever read stdout stopped reading (``| head``); nothing is printed
 ====  ==========================================================================
+
+With ``--json``, an error is one JSON object on stderr, ``{"error": {"code":
+"not_found", "message": "...", "exit": 3}}``, whose ``code`` is the exit code's name in
+:data:`EXIT` (see docs/cli.md).
 
 The commands that only read (``threads``, ``history``, ``show``, ``diff``, ``export``,
 ``verify`` without ``--repair``, and ``copy``'s source) open the storage read-only, so
@@ -36,7 +41,18 @@ import sys
 from collections.abc import Sequence
 
 from statekeeper.cli import demo, graph, inspect, maintenance, memory, runs, transfer, ui
-from statekeeper.cli._common import EXIT, REPORTED, Adder, Commands, IncompleteCommand, exit_code
+from statekeeper.cli._common import (
+    EXIT,
+    REPORTED,
+    Adder,
+    Commands,
+    IncompleteCommand,
+    closed_pipe,
+    exit_code,
+    parse,
+    report,
+    usage_error,
+)
 
 __all__ = ["EXIT", "build_parser", "main"]
 
@@ -103,16 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default ``sys.argv[1:]``); return the exit code.
-    Errors are reported on stderr as ``statekeeper COMMAND: message``."""
+
+    Whatever a user can cause ends in one message on stderr, never a traceback:
+    ``statekeeper COMMAND: message``, or with ``--json`` one JSON object
+    ``{"error": {"code": ..., "message": ..., "exit": ...}}`` (``code`` names the exit
+    code, as in :data:`EXIT`). A closed stdout (``| head``) exits 141 quietly. Only a
+    node's own exception (exit 1) is shown with the last frames of its traceback.
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, words)
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+        return code
     except IncompleteCommand as exc:
-        parser.error(f"{args.command}: {exc}")  # usage and exit 2, like argparse's own errors
+        usage_error(parser, args, str(exc))  # usage and exit 2, like argparse's own errors
+    except BrokenPipeError:
+        return closed_pipe()
     except REPORTED as exc:
-        print(f"statekeeper {args.command}: {exc}", file=sys.stderr)
-        return exit_code(exc)
+        return report(args, exc, exit_code(exc, words))
     except KeyboardInterrupt:
-        print(f"statekeeper {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return report(args, KeyboardInterrupt("interrupted"), EXIT["stopped"])

@@ -1,5 +1,6 @@
 """What every command shares: how it is added to the parser, how it opens ``--db``, how
-it prints its result, and which exit code each error means.
+it prints its result, and how each error is reported: which exit code it means
+(:data:`EXIT`), its one wording, and its JSON object under ``--json``.
 
 ``statekeeper --help`` builds every command's parser, so what a command runs (graphs,
 transfer, memory) is imported inside its handler, never when its module is imported;
@@ -9,13 +10,21 @@ tests/test_cli_surface.py checks that.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+import contextlib
+import errno
+import io
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 from statekeeper import _console
 from statekeeper.errors import (
     AnswerRequiredError,
     ConfigurationError,
+    InvalidIdError,
+    InvalidInputError,
     NoPendingInterruptError,
     NothingToResumeError,
     ReadOnlyError,
@@ -36,7 +45,10 @@ EXIT = {
     "refused": 5,
     "read_only": 6,
     "interrupted": 10,
+    "stopped": 130,
+    "closed_pipe": 141,
 }
+"""Every exit code by name; the name is also the ``code`` of the JSON error object."""
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -66,17 +78,33 @@ _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (NothingToResumeError, EXIT["refused"]),
     (NoPendingInterruptError, EXIT["refused"]),
     (AnswerRequiredError, EXIT["interrupted"]),  # still waiting: same as a run that stopped
+    (InvalidInputError, EXIT["usage"]),
+    (InvalidIdError, EXIT["usage"]),
     (ConfigurationError, EXIT["usage"]),
     (StatekeeperError, EXIT["failed"]),
 ]
 
-# the errors a command reports as one line on stderr, with the exit code of exit_code()
-REPORTED: tuple[type[Exception], ...] = tuple(kind for kind, _ in _ERROR_EXITS)
+# the errors a command reports as one message on stderr, with the exit code of
+# exit_code(); an OSError is one too (a path that cannot be read or written)
+REPORTED: tuple[type[Exception], ...] = (*(kind for kind, _ in _ERROR_EXITS), OSError)
 
 
-def exit_code(exc: Exception) -> int:
-    """The exit code that reports ``exc``: see :data:`statekeeper.cli.EXIT`."""
+def exit_code(exc: Exception, argv: Sequence[str] = ()) -> int:
+    """The exit code that reports ``exc``: see :data:`statekeeper.cli.EXIT`. An
+    ``OSError`` on a path the command line names (``argv``) is bad usage; any other
+    failed."""
+    if isinstance(exc, OSError):
+        named = exc.filename is not None and os.fspath(exc.filename) in _paths(argv)
+        return EXIT["usage"] if named else EXIT["failed"]
     return next((code for kind, code in _ERROR_EXITS if isinstance(exc, kind)), EXIT["failed"])
+
+
+def _paths(argv: Sequence[str]) -> set[str]:
+    """Every path the command line may name: each argument, and each ``--opt=value``
+    and ``@file`` value."""
+    found = set(argv)
+    found |= {arg.partition("=")[2] for arg in argv if arg.startswith("--")}
+    return found | {arg[1:] for arg in argv if arg.startswith("@")}
 
 
 class Commands:
@@ -146,3 +174,150 @@ def threads_or_all(args: argparse.Namespace) -> None:
 
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def at_least_one(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 1 (``--limit``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def command_line(*words: str) -> str:
+    """A ``statekeeper`` command line to suggest, each word quoted for a POSIX shell
+    and escaped (:func:`~statekeeper._console.escape`), so a hint can be pasted as shown."""
+    return _console.escape(shlex.join(["statekeeper", *words]))
+
+
+# -- one wording for what is missing ------------------------------------------------------
+
+
+def not_found(url: str, thread_id: str, checkpoint_id: str | None = None) -> ThreadNotFoundError:
+    """The error for a thread, or a checkpoint in it, that ``url`` does not hold: every
+    command words it this way, with the command that lists what is there."""
+    where = redact(url)
+    if checkpoint_id is not None:
+        return ThreadNotFoundError(
+            f"no checkpoint {checkpoint_id!r} in thread {thread_id!r} in {where}; "
+            f"`{command_line('history', thread_id, *_db(url))}` lists its checkpoints",
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        )
+    return ThreadNotFoundError(
+        f"no thread {thread_id!r} in {where}; `{command_line('threads', *_db(url))}` lists "
+        "the threads",
+        thread_id=thread_id,
+    )
+
+
+def _db(url: str) -> list[str]:
+    """The ``--db`` a suggested command needs to read ``url``: none when it is what
+    ``--db`` defaults to; ``URL`` in place of a URL that holds a password."""
+    from statekeeper.cli import DEFAULT_DB
+
+    if url == (os.environ.get("STATEKEEPER_DB") or DEFAULT_DB):
+        return []
+    return ["--db", url if redact(url) == url else "URL"]
+
+
+# -- reporting an error -------------------------------------------------------------------
+
+_OS_ADVICE = {
+    errno.EISDIR: "is a directory; name a file",
+    errno.ENOENT: "does not exist; check the path (its folder must exist)",
+    errno.ENOTDIR: "is not a path to a file: a part of it is not a directory",
+    errno.EACCES: "is not accessible (permission denied); check its permissions",
+    errno.EPERM: "is not accessible (operation not permitted); check its permissions",
+    errno.EROFS: "is on a read-only file system; choose another path",
+    errno.ENOSPC: "cannot be written: no space left on the device",
+    errno.EEXIST: "already exists; remove it or choose another path",
+}
+
+
+def describe(exc: BaseException, args: argparse.Namespace) -> str:
+    """The message that reports ``exc`` for the command ``args``."""
+    if isinstance(exc, ThreadNotFoundError) and exc.thread_id is not None:
+        url = args.source if args.command == "copy" else args.db
+        return str(not_found(url, exc.thread_id, exc.checkpoint_id))
+    if isinstance(exc, OSError) and exc.filename is not None:
+        path = os.fsdecode(exc.filename)
+        advice = _OS_ADVICE.get(exc.errno or 0, f"cannot be used: {exc.strerror or exc}")
+        return f"{path!r} {advice}"
+    return str(exc)
+
+
+def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
+    """Report ``exc`` on stderr and return ``code``: ``statekeeper COMMAND: message``
+    (each line escaped), or with ``--json`` one JSON object ``{"error": {"code",
+    "message", "exit"}}`` (plus ``"type"``, the error's class in
+    :mod:`statekeeper.errors`, and ``"errors"`` for an invalid input)."""
+    message = describe(exc, args)
+    if getattr(args, "json", False):
+        error: dict[str, Any] = {"code": _name(code), "message": message, "exit": code}
+        if isinstance(exc, StatekeeperError):
+            error["type"] = type(exc).__name__
+        if isinstance(exc, InvalidInputError):
+            error["errors"] = [{"field": path, "message": text} for path, text in exc.errors]
+        print(_console.dumps({"error": error}, indent=None), file=sys.stderr)
+    else:
+        shown = "\n".join(_console.escape(line) for line in message.splitlines())
+        print(f"statekeeper {_command(args)}: {shown}", file=sys.stderr)
+    return code
+
+
+def usage_error(parser: argparse.ArgumentParser, args: argparse.Namespace, text: str) -> NoReturn:
+    """Stop with ``text`` as bad usage (exit 2): argparse's own error (with the usage),
+    or with ``--json`` the JSON error object."""
+    if not args.json:
+        parser.error(f"{_command(args)}: {text}")
+    report(args, CommandError(text), EXIT["usage"])
+    raise SystemExit(EXIT["usage"])
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``parser.parse_args(argv)``; with ``--json`` on the command line, argparse's
+    errors are the JSON error object too (``--help`` is printed as usual)."""
+    words = argv[: argv.index("--")] if "--" in argv else argv
+    if "--json" not in words:
+        return parser.parse_args(argv)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return parser.parse_args(argv)
+    except SystemExit as exc:
+        said = captured.getvalue()
+        if not exc.code:
+            sys.stderr.write(said)
+            raise
+        last = said.strip().splitlines()[-1] if said.strip() else "bad usage"
+        prog, _, text = last.partition(": error: ")
+        command = argparse.Namespace(command=prog.removeprefix("statekeeper").strip(), json=True)
+        report(command, CommandError(text or last), EXIT["usage"])
+        raise
+
+
+def closed_pipe() -> int:
+    """Whoever read stdout stopped reading (``statekeeper threads | head -1``): exit
+    quietly with 141, as a program killed by SIGPIPE reports in a shell, so a pipeline
+    under ``set -o pipefail`` still sees that the output was cut short. stdout is
+    pointed at the null device, so the interpreter's last flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT["closed_pipe"]
+
+
+def _name(code: int) -> str:
+    return next((name for name, value in EXIT.items() if value == code), "failed")
+
+
+def _command(args: argparse.Namespace) -> str:
+    """The command as typed: ``memory show`` for a subcommand."""
+    command = str(getattr(args, "command", None) or "")
+    sub = getattr(args, f"{command}_command", None)
+    return f"{command} {sub}" if sub else command

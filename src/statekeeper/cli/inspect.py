@@ -12,9 +12,8 @@ import argparse
 from typing import Any
 
 from statekeeper import _console
-from statekeeper.cli._common import EXIT, Commands, emit, open_saver
+from statekeeper.cli._common import EXIT, Commands, at_least_one, emit, not_found, open_saver
 from statekeeper.errors import ThreadNotFoundError
-from statekeeper.urls import redact
 
 __all__ = ["add_diff", "add_history", "add_show", "add_threads"]
 
@@ -23,7 +22,7 @@ _NS_HELP = "checkpoint namespace (subgraphs); default: the root graph"
 
 def add_threads(commands: Commands) -> None:
     sub = commands.add("threads", cmd_threads, "list threads, most recently written first")
-    sub.add_argument("--limit", type=int, default=None, metavar="N", help="show at most N")
+    sub.add_argument("--limit", type=at_least_one, default=None, metavar="N", help="show at most N")
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
@@ -64,7 +63,7 @@ def _status(summary: Any) -> str:
 def add_history(commands: Commands) -> None:
     sub = commands.add("history", cmd_history, "list a thread's checkpoints, newest first")
     sub.add_argument("thread", help="thread id")
-    sub.add_argument("--limit", type=int, default=None, metavar="N", help="show at most N")
+    sub.add_argument("--limit", type=at_least_one, default=None, metavar="N", help="show at most N")
     sub.add_argument("--ns", default="", help=_NS_HELP)
 
 
@@ -200,10 +199,7 @@ def _checkpoint(saver: Any, args: argparse.Namespace, checkpoint_id: str | None)
 
 
 def _not_found(args: argparse.Namespace, checkpoint_id: str | None = None) -> ThreadNotFoundError:
-    what = f"checkpoint {checkpoint_id!r} in thread" if checkpoint_id else "thread"
-    return ThreadNotFoundError(
-        f"no {what} {args.thread!r} in {redact(args.db)}; `statekeeper threads` lists threads"
-    )
+    return not_found(args.db, args.thread, checkpoint_id)
 
 
 def _interrupts(tup: Any) -> list[dict[str, Any]]:

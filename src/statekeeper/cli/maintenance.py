@@ -16,6 +16,7 @@ from statekeeper.cli._common import (
     CommandError,
     Commands,
     emit,
+    not_found,
     open_saver,
     plural,
     threads_or_all,
@@ -36,12 +37,19 @@ def add_prune(commands: Commands) -> None:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """Keep only the newest checkpoint of each named thread (or ``--all``), or with
-    ``--strategy delete`` delete the threads."""
+    ``--strategy delete`` delete the threads; a named thread that does not exist exits
+    3 before anything is pruned."""
     threads_or_all(args)  # before anything is imported or opened, as argparse would
     from statekeeper.threads import list_threads
 
     with open_saver(args.db) as saver:
         thread_ids = list_threads(saver) if args.all else args.threads
+        for thread_id in thread_ids:  # all of them exist, or nothing is pruned
+            if (
+                next(iter(saver.list({"configurable": {"thread_id": thread_id}}, limit=1)), None)
+                is None
+            ):
+                raise not_found(args.db, thread_id)
         saver.prune(thread_ids, strategy=args.strategy)
     emit(
         args,

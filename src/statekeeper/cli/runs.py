@@ -11,9 +11,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 import traceback
+import uuid
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from statekeeper import _console
 from statekeeper.cli._common import (
@@ -21,6 +24,7 @@ from statekeeper.cli._common import (
     CommandError,
     Commands,
     NodeFailed,
+    command_line,
     emit,
     open_saver,
     threads_or_all,
@@ -33,18 +37,28 @@ __all__ = ["add_fork", "add_migrate", "add_resume", "add_run"]
 def add_run(commands: Commands) -> None:
     sub = commands.add("run", cmd_run, "start a graph on a new thread")
     sub.add_argument("graph", help='the graph to run, as "package.module:attr"')
-    sub.add_argument("--input", metavar="JSON", help="the graph's input (a JSON object)")
+    sub.add_argument(
+        "--input",
+        metavar="JSON",
+        help="the graph's input: a JSON object, @FILE to read it from a file, - for stdin",
+    )
     sub.add_argument("--thread", metavar="ID", help="thread id (default: a new random id)")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Start ``args.graph`` on a new thread with the JSON ``--input``; the checkpoints
-    record the graph and its state schema version."""
-    from statekeeper.graphs import Runner
+    record the graph and its state schema version.
 
-    data = _json_arg(args.input, "--input") if args.input is not None else {}
-    with open_saver(args.db) as saver, _node_failure(args):
-        result = Runner(saver).run(args.graph, data, thread_id=args.thread)
+    The input is checked against the graph's input schema before the storage is even
+    opened: a bad input exits 2 and creates nothing (no database, no thread, no claim).
+    """
+    from statekeeper.graphs import Runner, check_input, load_graph
+
+    data = _input(args.input) if args.input is not None else {}
+    thread = args.thread if args.thread is not None else str(uuid.uuid4())
+    check_input(load_graph(args.graph), data, graph_ref=args.graph)
+    with open_saver(args.db) as saver, _node_failure(thread):
+        result = Runner(saver).run(args.graph, data, thread_id=thread)
     return _run_result(args, result)
 
 
@@ -63,7 +77,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     exits 10 with the command that answers it."""
     from statekeeper.graphs import Runner
 
-    with open_saver(args.db) as saver, _node_failure(args):
+    with open_saver(args.db) as saver, _node_failure(args.thread):
         runner = Runner(saver)
         try:
             if args.answer is None:
@@ -73,7 +87,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
                 result = runner.resume(args.thread, answer=answer, graph_ref=args.graph)
         except AnswerRequiredError as exc:
             raise AnswerRequiredError(
-                f"{exc}: statekeeper resume {args.thread} --answer VALUE",
+                f"{exc}: {command_line('resume', args.thread, '--answer')} VALUE",
                 thread_id=exc.thread_id,
                 interrupts=exc.interrupts,
             ) from None
@@ -147,17 +161,18 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 def _run_result(args: argparse.Namespace, result: Any) -> int:
     def text() -> str:
         lines = [
-            f"thread      {result.thread_id}",
+            f"thread      {_console.escape(result.thread_id)}",
             f"status      {result.status}",
             f"checkpoint  {result.checkpoint_id}",
         ]
         if result.next:
-            lines.append(f"next        {', '.join(result.next)}")
+            lines.append(f"next        {_console.escape(', '.join(result.next))}")
         for pending in result.interrupts:
             value = getattr(pending, "value", pending)
             lines.append(f"waiting on  {_console.dumps(value, indent=None)}")
         if result.status == "interrupted":
-            lines.append(f"answer with: statekeeper resume {result.thread_id} --answer JSON")
+            resume = command_line("resume", result.thread_id, "--answer")
+            lines.append(f"answer with: {resume} JSON")
         return "\n".join(lines)
 
     emit(args, result, text)
@@ -165,18 +180,17 @@ def _run_result(args: argparse.Namespace, result: Any) -> int:
 
 
 @contextlib.contextmanager
-def _node_failure(args: argparse.Namespace) -> Iterator[None]:
+def _node_failure(thread: str) -> Iterator[None]:
     """Report what a node raised as :class:`NodeFailed` (exit 1), with how to go on."""
     try:
         yield
     except (StatekeeperError, CommandError):
         raise
     except Exception as exc:
-        thread = getattr(args, "thread", None) or "THREAD"
         raise NodeFailed(
             f"the graph raised {type(exc).__name__}: {exc}\n{_traceback(exc)}"
             f"the thread keeps its last completed step; fix the cause, then run: "
-            f"statekeeper resume {thread}"
+            f"{command_line('resume', thread)}"
         ) from exc
 
 
@@ -184,11 +198,33 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc, limit=-3))
 
 
+def _input(given: str) -> Any:
+    """``--input``: inline JSON, ``@FILE`` (a file holding it) or ``-`` (stdin)."""
+    if given == "-":
+        return _json_arg(sys.stdin.read(), "--input (from stdin)")
+    if given.startswith("@"):
+        path = given[1:]
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise CommandError(f"--input {given}: {path!r} is not UTF-8 text") from None
+        return _json_arg(text, f"--input (from {path!r})")
+    return _json_arg(given, "--input")
+
+
 def _json_arg(text: str, what: str) -> Any:
+    """``text`` as JSON, strictly: NaN and Infinity, which Python's json reads, are not
+    JSON (RFC 8259), and a value that cannot be written back as JSON is refused."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except ValueError as exc:
-        raise CommandError(f"{what} must be JSON ({exc}); a string is written '\"text\"'") from None
+        raise CommandError(
+            f'{what} must be JSON ({exc}); an object is written \'{{"key": "text"}}\''
+        ) from None
+
+
+def _not_json(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not a JSON number; write a number or null")
 
 
 def _answer(text: str) -> Any:

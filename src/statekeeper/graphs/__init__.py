@@ -8,6 +8,9 @@
 ...     if result.interrupts:
 ...         result = runner.resume(result.thread_id, answer="yes")
 
+:func:`check_input` checks a run's input against the graph's input schema, as
+``Runner.run`` does before it claims the thread.
+
 For services that call ``graph.invoke`` themselves, :func:`run_exclusive` (and
 :func:`arun_exclusive`) runs one call at a time per thread: a second call is refused
 (``multitask="reject"``) or waits its turn (``"enqueue"``).
@@ -19,6 +22,7 @@ in checkpoint metadata, how migrations are written, and what resume and fork do.
 
 from __future__ import annotations
 
+from statekeeper.graphs._input import check_input
 from statekeeper.graphs.exclusive import MULTITASK, arun_exclusive, run_exclusive
 from statekeeper.graphs.loading import load_graph
 from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
@@ -35,6 +39,7 @@ __all__ = [
     "Runner",
     "VersionedState",
     "arun_exclusive",
+    "check_input",
     "load_graph",
     "run_exclusive",
 ]

@@ -43,6 +43,7 @@ from statekeeper.graphs._checkpoints import (
     write_child,
     write_migrated,
 )
+from statekeeper.graphs._input import check_input
 from statekeeper.graphs.loading import load_graph, state_saver, state_schema
 from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
 from statekeeper.graphs.state import VersionedState, validate
@@ -94,7 +95,12 @@ class Runner:
         """Start a new thread (``thread_id``, or a new UUID) running ``graph_ref`` on
         ``input``, until it finishes or is interrupted.
 
+        ``input`` is checked against the graph's input schema first
+        (:func:`~statekeeper.graphs.check_input`), before the thread is claimed.
+
         Raises:
+            InvalidInputError: ``input`` does not fit the graph's input schema; nothing
+                was claimed, written or run.
             ThreadExistsError: the thread already has checkpoints; nothing was run.
             ThreadBusyError: another run holds the thread.
             GraphLoadError: the graph cannot be loaded.
@@ -102,8 +108,9 @@ class Runner:
                 super-steps that completed, and :meth:`resume` continues from there.
         """
         thread_id = thread_id if thread_id is not None else str(uuid.uuid4())
+        graph = load_graph(graph_ref, self._saver)
+        check_input(graph, input, graph_ref=graph_ref)
         with self._saver.claim_thread(thread_id):
-            graph = load_graph(graph_ref, self._saver)
             if state_saver(graph).get_tuple(thread_config(thread_id)) is not None:
                 raise ThreadExistsError(
                     f"thread {thread_id!r} already has checkpoints; resume it, fork it, or "
@@ -317,7 +324,9 @@ class Runner:
         if saved is None:
             where = f"checkpoint {checkpoint_id!r} of " if checkpoint_id else ""
             raise ThreadNotFoundError(
-                f"{where}thread {thread_id!r} does not exist in {self._saver!r}"
+                f"{where}thread {thread_id!r} does not exist in {self._saver!r}",
+                thread_id=thread_id,
+                checkpoint_id=checkpoint_id,
             )
         return saved
 

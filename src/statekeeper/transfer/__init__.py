@@ -165,7 +165,9 @@ def _source_threads(
     ids = list(dict.fromkeys(check_id(thread_id, "thread_id") for thread_id in thread_ids))
     if missing := [thread_id for thread_id in ids if not _has_checkpoints(source, thread_id)]:
         raise ThreadNotFoundError(
-            f"the source has no checkpoints for thread(s) {', '.join(map(repr, missing))}"
+            f"no thread{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))} "
+            "in the source",
+            thread_id=missing[0] if len(missing) == 1 else None,
         )
     return ids
 
