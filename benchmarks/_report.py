@@ -7,6 +7,7 @@ run) and one number, or ``None``, per column; rows with a ``group`` (e.g. a vari
 the workload) are compared only with LangGraph's rows of the same group.
 """
 
+import argparse
 import json
 import statistics
 import sys
@@ -16,6 +17,29 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 Row = dict[str, Any]
+
+
+def add_row_options(
+    parser: argparse.ArgumentParser, keys: Sequence[str], default: Sequence[str] | None = None
+) -> None:
+    """``--savers`` (which rows to run, from ``keys``; ``default``: all) and ``--json``."""
+    chosen = ",".join(keys if default is None else default)
+    parser.add_argument(
+        "--savers",
+        default=chosen,
+        help=f"comma-separated rows to run, from {','.join(keys)} (default: {chosen})",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+
+
+def chosen_rows(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, keys: Sequence[str]
+) -> list[str]:
+    """The ``--savers`` asked for; an unknown one is a usage error naming the known ones."""
+    wanted = [k.strip() for k in args.savers.split(",") if k.strip()]
+    if unknown := sorted(set(wanted) - set(keys)):
+        parser.error(f"unknown saver(s) {', '.join(unknown)}; choose from {', '.join(keys)}")
+    return wanted
 
 
 def timed_ms(fn: Callable[[], object]) -> float:

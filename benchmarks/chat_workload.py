@@ -53,7 +53,17 @@ from pathlib import Path
 from typing import Any
 
 from _chat import build_graph, play, thread_config, turn_input
-from _report import Progress, Row, as_json, ratio_table, rotated, table, timed_ms
+from _report import (
+    Progress,
+    Row,
+    add_row_options,
+    as_json,
+    chosen_rows,
+    ratio_table,
+    rotated,
+    table,
+    timed_ms,
+)
 from _savers import BACKENDS, Backend, Store
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
@@ -211,16 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=3, help="conversations (default 3)")
     parser.add_argument("--turns", type=int, default=200, help="turns per thread (default 200)")
-    parser.add_argument(
-        "--savers",
-        default=",".join(keys),
-        help=f"comma-separated rows to run, from {','.join(keys)} (default: all)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    add_row_options(parser, keys)
     args = parser.parse_args(argv)
-    wanted = [k.strip() for k in args.savers.split(",") if k.strip()]
-    if unknown := sorted(set(wanted) - set(keys)):
-        parser.error(f"unknown saver(s) {', '.join(unknown)}; choose from {', '.join(keys)}")
+    wanted = chosen_rows(parser, args, keys)
     if args.threads < 1 or args.turns < 1:
         parser.error("--threads and --turns must be >= 1")
 

@@ -37,7 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from _chat import build_graph, thread_config, turn_input
-from _report import Progress, Row, as_json, percentile, ratio_table, rotated, table
+from _report import (
+    Progress,
+    Row,
+    add_row_options,
+    as_json,
+    chosen_rows,
+    percentile,
+    ratio_table,
+    rotated,
+    table,
+)
 from _savers import ASYNC_BACKENDS, AsyncBackend, postgres_unreachable
 
 WARMUP = (3, 3)  # conversations, turns
@@ -119,16 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=50, help="at once (default 50)")
     parser.add_argument("--turns", type=int, default=20, help="turns each (default 20)")
-    parser.add_argument(
-        "--savers",
-        default=",".join(keys),
-        help=f"comma-separated rows to run, from {','.join(keys)} (default: all)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    add_row_options(parser, keys)
     args = parser.parse_args(argv)
-    wanted = [k.strip() for k in args.savers.split(",") if k.strip()]
-    if unknown := sorted(set(wanted) - set(keys)):
-        parser.error(f"unknown saver(s) {', '.join(unknown)}; choose from {', '.join(keys)}")
+    wanted = chosen_rows(parser, args, keys)
     if args.conversations < 1 or args.turns < 1:
         parser.error("--conversations and --turns must be >= 1")
 

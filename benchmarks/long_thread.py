@@ -41,7 +41,17 @@ from pathlib import Path
 from typing import Any
 
 from _chat import build_graph, thread_config, turn_input
-from _report import Progress, Row, as_json, ratio_table, rotated, table, timed_ms
+from _report import (
+    Progress,
+    Row,
+    add_row_options,
+    as_json,
+    chosen_rows,
+    ratio_table,
+    rotated,
+    table,
+    timed_ms,
+)
 from _savers import BACKENDS, Backend, Store
 
 DEFAULT_SAVERS = ("memory", "sqlite", "ours", "file", "redis")
@@ -119,20 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     keys = [b.key for b in BACKENDS if b.key != "floor"]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=1000, help="turns (default 1000)")
-    parser.add_argument(
-        "--savers",
-        default=",".join(DEFAULT_SAVERS),
-        help=f"comma-separated, from {','.join(keys)} (default: {','.join(DEFAULT_SAVERS)})",
-    )
+    add_row_options(parser, keys, DEFAULT_SAVERS)
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help="plain, summarized or both (default)"
     )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     args = parser.parse_args(argv)
-    wanted = [k.strip() for k in args.savers.split(",") if k.strip()]
+    wanted = chosen_rows(parser, args, keys)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if unknown := sorted(set(wanted) - set(keys)):
-        parser.error(f"unknown saver(s) {', '.join(unknown)}; choose from {', '.join(keys)}")
     if bad := sorted(set(variants) - set(VARIANTS)):
         parser.error(f"unknown variant(s) {', '.join(bad)}; choose from {', '.join(VARIANTS)}")
     if args.turns < 1:

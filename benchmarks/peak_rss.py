@@ -33,7 +33,16 @@ import time
 from pathlib import Path
 
 from _chat import build_graph, play
-from _report import Progress, Row, as_json, ratio_table, rotated, table
+from _report import (
+    Progress,
+    Row,
+    add_row_options,
+    as_json,
+    chosen_rows,
+    ratio_table,
+    rotated,
+    table,
+)
 from _savers import BACKENDS
 
 KEYS = [b.key for b in BACKENDS if b.key != "floor"]
@@ -109,22 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=3, help="conversations (default 3)")
     parser.add_argument("--turns", type=int, default=200, help="turns per thread (default 200)")
-    parser.add_argument(
-        "--savers",
-        default=",".join(KEYS),
-        help=f"comma-separated rows to run, from {','.join(KEYS)} (default: all)",
-    )
+    add_row_options(parser, KEYS)
     parser.add_argument("--repeat", type=int, default=1, help="children per saver (default 1)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     parser.add_argument("--child", choices=KEYS, help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.threads, args.turns, args.dir)
         return 0
-    wanted = [k.strip() for k in args.savers.split(",") if k.strip()]
-    if unknown := sorted(set(wanted) - set(KEYS)):
-        parser.error(f"unknown saver(s) {', '.join(unknown)}; choose from {', '.join(KEYS)}")
+    wanted = chosen_rows(parser, args, KEYS)
     if args.threads < 1 or args.turns < 1 or args.repeat < 1:
         parser.error("--threads, --turns and --repeat must be >= 1")
 
