@@ -144,7 +144,7 @@ def test_bad_url_is_a_usage_error(capsys: Any) -> None:
 
 
 def test_prune_keeps_the_newest_checkpoint(db: str, capsys: Any) -> None:
-    code, _, _ = run(capsys, "prune", "t1", "--db", db)
+    code, _, _ = run(capsys, "prune", "t1", "--db", db, "--yes")
     assert code == EXIT["ok"]
     _, out, _ = run(capsys, "history", "t1", "--db", db, "--json")
     assert [row["step"] for row in json.loads(out)] == [2]
@@ -153,7 +153,7 @@ def test_prune_keeps_the_newest_checkpoint(db: str, capsys: Any) -> None:
 
 
 def test_prune_delete_all(db: str, capsys: Any) -> None:
-    code, _, _ = run(capsys, "prune", "--all", "--strategy", "delete", "--db", db)
+    code, _, _ = run(capsys, "prune", "--all", "--strategy", "delete", "--db", db, "-y")
     assert code == EXIT["ok"]
     _, out, _ = run(capsys, "threads", "--db", db)
     assert out.strip() == "no threads"
@@ -201,6 +201,7 @@ def test_every_command_has_help() -> None:
     assert set(commands) == {
         "run", "resume", "threads", "history", "show", "diff", "fork", "copy",
         "export", "import", "prune", "verify", "migrate", "memory", "graph", "demo", "ui",
+        "completion",
     }  # fmt: skip
     for name, sub in commands.items():
         assert sub.description, name
@@ -230,17 +231,20 @@ def test_progress_bar_draws_on_a_terminal_only() -> None:
     bar = Progress("copy", terminal)
     bar.update(1, 4, "threads")
     bar.update(4, 4, "threads")
-    bar.done()
     drawn = terminal.getvalue()
-    assert "\rcopy [#####...............] 1/4 threads" in drawn
-    assert "[####################] 4/4" in drawn
-    assert drawn.endswith("\n")
+    assert "copy:" in drawn
+    assert "1/4" in drawn
+    assert "4/4" in drawn
+    assert "threads" in drawn
+    bar.done()
+    assert terminal.getvalue().endswith("\r")  # the bar is wiped, the summary comes next
 
     piped = io.StringIO()
     quiet = Progress("copy", piped)
     quiet.update(1, 4)
     quiet.done()
     assert piped.getvalue() == ""
+    assert Progress("copy", _Terminal(), enabled=False).enabled is False  # -q
 
 
 class _Color(enum.Enum):

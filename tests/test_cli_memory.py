@@ -104,19 +104,80 @@ def test_show_prints_one_note_and_its_chain(db: str, capsys: Any) -> None:
     assert shown["supersede_chain"] == [key]
     code, _, err = cli(capsys, "memory", "show", "nope", "--thread", "ana", "--db", db)
     assert code == EXIT["not_found"]
-    assert "nope" in err
+    assert err.startswith("statekeeper memory show: no note 'nope' in namespace 'notes/ana' in ")
+    assert err.count("\n") == 1
 
 
-def test_stats_count_the_recalls_made(db: str, capsys: Any) -> None:
-    for query in ("cat name", "cat name", "where does Ana work"):
+def test_show_finds_a_note_without_its_thread_when_the_key_is_unique(
+    db: str, capsys: Any
+) -> None:
+    key = note("Ana: I adopted a cat named Miso last spring.", "m1").key
+    code, out, err = cli(capsys, "memory", "show", key, "--db", db)
+    assert code == EXIT["ok"], err
+    assert json.loads(out)["namespace"] == ["notes", "ana"]
+
+    code, out, err = cli(capsys, "memory", "show", "nope", "--db", db)
+    assert (code, out) == (EXIT["not_found"], "")
+    assert err.startswith("statekeeper memory show: no note 'nope' in sqlite:///")
+    assert "`statekeeper memory export` lists the notes" in err
+    assert err.count("\n") == 1
+    code, _, err = cli(capsys, "memory", "show", "nope", "--db", db, "--json")
+    assert json.loads(err)["error"]["code"] == "not_found"
+
+    # the same key in two namespaces: which one is meant is for the user to say
+    made = note("Ana: I adopted a cat named Miso last spring.", "m1")
+    with open_store(db) as store:
+        store.put(("archive", "2025"), key, made.to_value())
+    code, out, err = cli(capsys, "memory", "show", key, "--db", db)
+    assert (code, out) == (EXIT["usage"], "")
+    assert "is in 2 namespaces: 'archive/2025', 'notes/ana'" in err
+    assert err.count("\n") == 1
+    code, out, _ = cli(capsys, "memory", "show", key, "--namespace", "archive/2025", "--db", db)
+    assert code == EXIT["ok"]
+    assert json.loads(out)["namespace"] == ["archive", "2025"]
+
+
+def _recall_in_a_graph(url: str, thread: str, *questions: str) -> None:
+    """Run a graph whose RetrievalNode recalls the thread's notes, once per question."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from statekeeper.memory import RetrievalNode
+
+    class State(MessagesState):
+        memories: list[dict[str, Any]]
+
+    builder = StateGraph(State)
+    builder.add_node("recall", RetrievalNode())
+    builder.add_edge(START, "recall")
+    with open_store(url) as store:
+        graph = builder.compile(store=store)
+        for question in questions:
+            graph.invoke(
+                {"messages": [HumanMessage(question)]}, {"configurable": {"thread_id": thread}}
+            )
+
+
+def test_stats_count_the_recalls_graphs_make_not_searches(db: str, capsys: Any) -> None:
+    _recall_in_a_graph(db, "ana", "cat name", "cat name", "where does Ana work")
+    for query in ("cat name", "cello", "where does Ana work"):  # looking is not recalling
         assert cli(capsys, "memory", "search", query, "--thread", "ana", "--db", db)[0] == 0
     code, out, err = cli(capsys, "memory", "stats", "--db", db, "--json")
     assert code == EXIT["ok"], err
     stats = json.loads(out)
     assert stats["overall"]["recalls"] == 3
+    assert [row["group"] for row in stats["threads"]] == ["ana"]
     assert stats["overall"]["overlap"] == 1.0  # "cat name" came back the same the second time
     code, out, _ = cli(capsys, "memory", "stats", "--db", db)
     assert out.splitlines()[0].split()[:2] == ["GROUP", "RECALLS"]
+
+
+def test_searches_alone_leave_the_stats_empty(db: str, capsys: Any) -> None:
+    for query in ("cat name", "cat name"):
+        assert cli(capsys, "memory", "search", query, "--thread", "ana", "--db", db)[0] == 0
+    code, out, err = cli(capsys, "memory", "stats", "--db", db, "--json")
+    assert code == EXIT["ok"], err
+    assert json.loads(out)["overall"]["recalls"] == 0
 
 
 def test_export_writes_every_item_as_json_lines(db: str, tmp_path: Path, capsys: Any) -> None:

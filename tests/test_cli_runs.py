@@ -215,7 +215,8 @@ def test_export_import_round_trip_and_a_bad_dump_changes_nothing(
     code, _, err = cli(capsys, "import", str(broken), "--db", third)
     assert code not in (EXIT["ok"], EXIT["interrupted"])
     assert err.strip()
-    assert cli(capsys, "threads", "--db", third)[1] == []
+    assert not (tmp_path / "third.db").exists()  # checked before the target was opened
+    assert cli(capsys, "threads", "--db", third)[0] == EXIT["not_found"]
 
 
 def test_demo_runs_end_to_end(tmp_path: Path) -> None:

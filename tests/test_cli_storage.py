@@ -108,8 +108,8 @@ def test_a_write_to_storage_opened_read_only_is_one_line_and_exit_6(
     before = created(tmp_path, url)
     read_only = f"{url}{'&' if '?' in url else '?'}mode=ro"
     for argv in (
-        ["prune", "--all"],
-        ["prune", "t1", "--strategy", "delete"],
+        ["prune", "--all", "--yes"],
+        ["prune", "t1", "--strategy", "delete", "--yes"],
         ["verify", "--repair"],
     ):
         code, _, err = cli(capsys, *argv, "--db", read_only)
@@ -198,7 +198,7 @@ def test_every_inspection_works_on_a_read_only_mount_and_writes_fail(
     build_thread(url, "t1")
     build_thread(url, "t2")
     before = {str(p): p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
-    commands = [*INSPECTIONS, ["prune", "--all"], ["verify", "--repair"]]
+    commands = [*INSPECTIONS, ["prune", "--all", "--yes"], ["verify", "--repair"]]
     done = subprocess.run(
         [
             "unshare",

@@ -14,7 +14,7 @@ from pathlib import Path
 from statekeeper.cli import EXIT, build_parser
 
 # every command and every memory command, in --help order: its positional arguments in
-# order, then its options sorted; -h/--help, --db and --json are everywhere (checked below)
+# order, then its options sorted; the global options are everywhere (checked below)
 SURFACE = {
     "run": "graph --input --thread",
     "resume": "thread --answer --graph",
@@ -26,7 +26,7 @@ SURFACE = {
     "copy": "SRC_URL DST_URL --thread",
     "export": "--thread -o/--output",
     "import": "FILE",
-    "prune": "THREAD --all --strategy",
+    "prune": "THREAD --all --dry-run --strategy -y/--yes",
     "verify": "--quarantine --repair",
     "migrate": "THREAD --all --graph",
     "memory": "COMMAND",
@@ -40,9 +40,10 @@ SURFACE = {
     "graph": "REF --format --xray -o/--output",
     "demo": "--graph --redis --workdir",
     "ui": "--graph --host --no-browser --port --store --write",
+    "completion": "shell",
 }
 
-EVERYWHERE = {"-h/--help", "--db", "--json"}
+EVERYWHERE = {"-h/--help", "--db", "--json", "-v/--verbose", "-q/--quiet"}
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 
@@ -90,7 +91,7 @@ def test_the_commands_and_their_arguments_are_the_pinned_ones() -> None:
 
 def test_the_top_level_takes_only_the_global_options() -> None:
     positionals, options = _arguments(build_parser())
-    assert (positionals, options) == (["COMMAND"], EVERYWHERE)
+    assert (positionals, options) == (["COMMAND"], {*EVERYWHERE, "--version"})
 
 
 def _docs_table(row: str) -> list[str]:

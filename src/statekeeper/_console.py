@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from pydantic import BaseModel
 
-__all__ = ["Progress", "dumps", "escape", "jsonable", "table"]
+__all__ = ["Progress", "dumps", "escape", "is_terminal", "jsonable", "table"]
 
 _CELL = 60  # widest table cell before it is cut with an ellipsis
 
@@ -150,31 +150,45 @@ def _cell(value: Any) -> str:
     return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
 
 
-class Progress:
-    """A one-line progress bar on ``stream`` (stderr), drawn only when it is a terminal,
-    so logs and pipes stay clean. Call :meth:`update` as work advances and :meth:`done`
-    at the end."""
+def is_terminal(stream: TextIO | None = None) -> bool:
+    """Whether ``stream`` (default: stderr) is a terminal; a closed or detached stream is not."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
-    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+
+class Progress:
+    """A progress bar on ``stream`` (stderr), drawn by tqdm, only when ``enabled`` (by
+    default: when ``stream`` is a terminal), so logs and pipes stay clean. Call
+    :meth:`update` as work advances and :meth:`done` at the end. tqdm is imported only
+    when a bar is drawn."""
+
+    def __init__(
+        self, label: str, stream: TextIO | None = None, *, enabled: bool | None = None
+    ) -> None:
         self.label = label
         self.stream = stream or sys.stderr
-        self.enabled = self.stream.isatty()
-        self._drawn = False
+        self.enabled = is_terminal(self.stream) if enabled is None else enabled
+        self._bar: Any = None
 
     def update(self, done: int, total: int | None, detail: str = "") -> None:
         if not self.enabled:
             return
-        if total:
-            filled = int(20 * min(done, total) / total)
-            bar = f"[{'#' * filled}{'.' * (20 - filled)}] {done}/{total}"
-        else:
-            bar = f"{done}"
-        self.stream.write(f"\r{self.label} {bar} {detail}".ljust(79)[:120])
-        self.stream.flush()
-        self._drawn = True
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                desc=self.label, total=total, file=self.stream, leave=False, dynamic_ncols=True
+            )
+        bar = self._bar
+        bar.total = total or None
+        bar.n = done
+        bar.set_postfix_str(escape(detail), refresh=False)
+        bar.refresh()
 
     def done(self) -> None:
-        if self._drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-            self._drawn = False
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

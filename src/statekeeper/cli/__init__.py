@@ -29,25 +29,44 @@ Each command lives in the module of its kind, its arguments next to its handler:
 :mod:`~statekeeper.cli.runs` (run, resume, fork, migrate),
 :mod:`~statekeeper.cli.inspect` (threads, history, show, diff),
 :mod:`~statekeeper.cli.transfer` (copy, export, import),
-:mod:`~statekeeper.cli.maintenance` (prune, verify), :mod:`~statekeeper.cli.memory` and
-:mod:`~statekeeper.cli.demo`. This module only assembles them, with the global options.
+:mod:`~statekeeper.cli.maintenance` (prune, verify), :mod:`~statekeeper.cli.memory`,
+:mod:`~statekeeper.cli.demo` and :mod:`~statekeeper.cli.completion`. This module only
+assembles them, with the global options (``--db``, ``--json``, ``-v``, ``-q``,
+``--version``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-from statekeeper.cli import demo, graph, inspect, maintenance, memory, runs, transfer, ui
+from statekeeper.cli import (
+    completion,
+    demo,
+    graph,
+    inspect,
+    maintenance,
+    memory,
+    runs,
+    transfer,
+    ui,
+)
 from statekeeper.cli._common import (
     EXIT,
     REPORTED,
     Adder,
     Commands,
     IncompleteCommand,
+    Verbosity,
     closed_pipe,
+    debug,
+    examples_text,
     exit_code,
     parse,
     report,
@@ -77,28 +96,76 @@ _COMMANDS: tuple[Adder, ...] = (
     graph.add_graph,
     demo.add_demo,
     ui.add_ui,
+    completion.add_completion,
 )
 
 
 def _global_options(defaults: bool) -> argparse.ArgumentParser:
-    """``--db`` and ``--json``, accepted before and after the command name. Only the
-    top-level parser has defaults: a command's copy must not overwrite a value given
-    before the command name."""
+    """``--db``, ``--json``, ``-v`` and ``-q``, accepted before and after the command
+    name. Only the top-level parser has defaults: a command's copy must not overwrite a
+    value given before the command name."""
     options = argparse.ArgumentParser(add_help=False)
     db = os.environ.get("STATEKEEPER_DB") or DEFAULT_DB
+
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
     options.add_argument(
         "--db",
-        default=db if defaults else argparse.SUPPRESS,
+        default=default(db),
         metavar="URL",
         help=f"storage URL (env STATEKEEPER_DB; default {DEFAULT_DB})",
     )
     options.add_argument(
-        "--json",
+        "--json", action="store_true", default=default(False), help="print JSON for scripts"
+    )
+    options.add_argument(
+        "-v",
+        "--verbose",
         action="store_true",
-        default=False if defaults else argparse.SUPPRESS,
-        help="print JSON for scripts",
+        default=default(False),
+        help="also say on stderr what storage was opened and how long the command took",
+    )
+    options.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default(False),
+        help="say nothing on stderr but errors: no progress bar, summary or warning",
     )
     return options
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, read only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            shown = version("statekeeper")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            shown = "unknown (not installed)"
+        print(f"statekeeper {shown}")
+        parser.exit()
+
+
+_EXAMPLES = (
+    "statekeeper run examples.approval_agent:graph --thread t1 --input '{\"messages\": []}'",
+    "statekeeper threads",
+    "statekeeper --db sqlite:///other.db history t1 --json",
+    "statekeeper resume t1 --answer yes",
+    "statekeeper COMMAND --help               # each command's options and examples",
+)
+
+_EXIT_CODES = """\
+Exit codes:
+  0 done, 1 failed, 2 bad usage, 3 not found, 4 busy, 5 refused (exists / nothing to
+  resume / answered no), 6 read-only, 10 waiting at an interrupt(), 130 Ctrl-C,
+  141 closed pipe"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,14 +174,55 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="statekeeper",
         description="Run, resume, inspect and move LangGraph threads whose state must survive.",
-        epilog="Exit codes: 0 done, 1 failed, 2 bad usage, 3 not found, 4 busy, "
-        "5 refused (exists / nothing to resume), 6 read-only, 10 waiting at an interrupt().",
+        epilog=f"{examples_text(_EXAMPLES)}\n\n{_EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[_global_options(defaults=True)],
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     commands = Commands(parser, dest="command", common=_global_options(defaults=False))
     for add in _COMMANDS:
         add(commands)
     return parser
+
+
+@contextlib.contextmanager
+def _verbosity(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Iterator[None]:
+    """Set :class:`Verbosity` (and the library's log level) from ``-q``/``-v`` for the
+    command, and put both back afterwards (``main`` may be called again in-process)."""
+    if args.quiet and args.verbose:
+        usage_error(parser, args, "-q/--quiet and -v/--verbose say opposite things; pick one")
+    log = logging.getLogger("statekeeper")
+    level, propagate = log.level, log.propagate
+    handler: logging.Handler | None = None
+    if args.quiet:
+        log.setLevel(logging.ERROR)
+    elif args.verbose:
+        handler = _StderrHandler()
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+        log.propagate = False  # said once, here, not again by a root handler
+    Verbosity.quiet, Verbosity.verbose = args.quiet, args.verbose
+    try:
+        yield
+    finally:
+        Verbosity.quiet = Verbosity.verbose = False
+        log.setLevel(level)
+        log.propagate = propagate
+        if handler is not None:
+            log.removeHandler(handler)
+
+
+class _StderrHandler(logging.Handler):
+    """The library's log records on whatever ``sys.stderr`` is when one is emitted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            print(
+                f"statekeeper: {record.levelname.lower()}: {record.name}: {record.getMessage()}",
+                file=sys.stderr,
+            )
+        except Exception:
+            self.handleError(record)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -129,9 +237,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parse(parser, words)
+    started = time.perf_counter()
     try:
-        code = int(args.handler(args))
-        sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+        with _verbosity(parser, args):
+            code = int(args.handler(args))
+            sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+            debug(f"{args.command} took {time.perf_counter() - started:.3f} s (exit {code})")
         return code
     except IncompleteCommand as exc:
         usage_error(parser, args, str(exc))  # usage and exit 2, like argparse's own errors

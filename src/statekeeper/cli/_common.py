@@ -1,6 +1,7 @@
 """What every command shares: how it is added to the parser, how it opens ``--db``, how
-it prints its result, and how each error is reported: which exit code it means
-(:data:`EXIT`), its one wording, and its JSON object under ``--json``.
+it prints its result, what it says on stderr (``-q`` / ``-v``), how it asks before it
+deletes, and how each error is reported: which exit code it means (:data:`EXIT`), its one
+wording, and its JSON object under ``--json``.
 
 ``statekeeper --help`` builds every command's parser, so what a command runs (graphs,
 transfer, memory) is imported inside its handler, never when its module is imported;
@@ -16,7 +17,8 @@ import io
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from statekeeper import _console
@@ -66,10 +68,21 @@ class NodeFailed(Exception):
     """A node of the graph raised; the thread keeps its last completed step."""
 
 
+class Declined(Exception):
+    """The user answered no to a confirmation: nothing was done (exit 5)."""
+
+
+class Missing(LookupError):
+    """Something the command line names that is not a thread or a checkpoint (a memory
+    note) is not there (exit 3)."""
+
+
 # most specific first: the first match decides the exit code
 _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (CommandError, EXIT["usage"]),
     (NodeFailed, EXIT["failed"]),
+    (Declined, EXIT["refused"]),
+    (Missing, EXIT["not_found"]),
     (ThreadNotFoundError, EXIT["not_found"]),
     (StorageNotFoundError, EXIT["not_found"]),
     (ReadOnlyError, EXIT["read_only"]),
@@ -108,9 +121,10 @@ def _paths(argv: Sequence[str]) -> set[str]:
 
 
 class Commands:
-    """The subcommands of one parser. Each command gets ``--db`` and ``--json`` (also
-    accepted after its name), its one line of text as help and description, and its
-    handler as ``args.handler``, which :func:`statekeeper.cli.main` calls."""
+    """The subcommands of one parser. Each command gets the global options (``--db``,
+    ``--json``, ``-v``, ``-q``; also accepted after its name), its one line of text as
+    help and description, its examples at the end of its ``--help``, and its handler as
+    ``args.handler``, which :func:`statekeeper.cli.main` calls."""
 
     def __init__(
         self, parser: argparse.ArgumentParser, *, dest: str, common: argparse.ArgumentParser
@@ -118,9 +132,19 @@ class Commands:
         self._subparsers = parser.add_subparsers(dest=dest, required=True, metavar="COMMAND")
         self._common = common
 
-    def add(self, name: str, handler: Handler, text: str) -> argparse.ArgumentParser:
-        """Add the command ``name``; return its parser, for its own arguments."""
-        sub = self._subparsers.add_parser(name, parents=[self._common], help=text, description=text)
+    def add(
+        self, name: str, handler: Handler, text: str, *, examples: Sequence[str]
+    ) -> argparse.ArgumentParser:
+        """Add the command ``name``; return its parser, for its own arguments.
+        ``examples`` are command lines (a ``# comment`` may follow one), shown as typed."""
+        sub = self._subparsers.add_parser(
+            name,
+            parents=[self._common],
+            help=text,
+            description=text,
+            epilog=examples_text(examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(handler=handler)
         return sub
 
@@ -130,6 +154,68 @@ class Commands:
 
 
 Adder = Callable[[Commands], None]
+
+
+def examples_text(examples: Sequence[str]) -> str:
+    """The ``Examples:`` section of a ``--help``: one command line a line, indented."""
+    if not examples:
+        raise ValueError("every command shows at least one example in its --help")
+    return "Examples:\n" + "\n".join(f"  {line}" for line in examples)
+
+
+# -- what a command says on stderr besides its errors: -q and -v --------------------------
+
+
+class Verbosity:
+    """How much a command says on stderr besides its errors, set by
+    :func:`statekeeper.cli.main` for the command it runs: ``-q`` nothing (no progress
+    bar, no summary, no warning), ``-v`` also debug detail (the storage opened and how,
+    how long the command took, the library's debug log)."""
+
+    quiet = False
+    verbose = False
+
+
+def info(text: str) -> None:
+    """Say ``text`` on stderr (a summary, a note), unless ``-q``."""
+    if not Verbosity.quiet:
+        print(text, file=sys.stderr)
+
+
+def debug(text: str) -> None:
+    """Say ``text`` on stderr with ``-v`` only, as ``statekeeper: text``."""
+    if Verbosity.verbose:
+        print(f"statekeeper: {_console.escape(text)}", file=sys.stderr)
+
+
+def progress(label: str) -> _console.Progress:
+    """A progress bar on stderr: drawn only when stderr is a terminal and ``-q`` is not
+    given, so pipes and logs stay clean."""
+    return _console.Progress(label, enabled=not Verbosity.quiet and _console.is_terminal())
+
+
+def answerable(args: argparse.Namespace, what: str) -> None:
+    """Check, before anything is opened, that :func:`confirm` can be answered: by
+    ``--yes``, or by someone at the terminal on stdin. A script or a pipe without
+    ``--yes`` stops here with bad usage (exit 2), ``what`` saying what would be done."""
+    if not getattr(args, "yes", False) and not _console.is_terminal(sys.stdin):
+        raise CommandError(
+            f"{what} asks for confirmation first, but stdin is not a terminal; "
+            "pass --yes to go ahead (or --dry-run to see what it would delete)"
+        )
+
+
+def confirm(args: argparse.Namespace, question: str) -> None:
+    """Ask ``question`` (``[y/N]``, on stderr) before a command deletes anything;
+    ``--yes`` answers it. Anything but ``y``/``yes`` raises :class:`Declined` (exit 5),
+    and nothing is done. See :func:`answerable` for stdin without a terminal."""
+    if getattr(args, "yes", False):
+        return
+    answerable(args, "this command")
+    print(f"{_console.escape(question)} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline().strip().casefold()
+    if answer not in ("y", "yes"):
+        raise Declined("answered no; nothing was deleted")
 
 
 def read_only_options(url: str, schemes: list[str]) -> dict[str, Any]:
@@ -153,12 +239,23 @@ def open_saver(url: str, *, read_only: bool = False) -> Any:
     from statekeeper.checkpointers import known_schemes, open_checkpointer
 
     options = read_only_options(url, known_schemes()) if read_only else {}
+    started = time.perf_counter()
     try:
-        return open_checkpointer(url, **options)
+        saver = open_checkpointer(url, **options)
     except StorageNotFoundError as exc:
         raise StorageNotFoundError(
             f"no database at {redact(url)} (nothing was created); check --db or STATEKEEPER_DB"
         ) from exc
+    debug(
+        f"opened {redact(url)} with {type(saver).__name__} "
+        f"({'read-only' if getattr(saver, 'read_only', False) else 'read-write'}) "
+        f"in {_ms(started)}"
+    )
+    return saver
+
+
+def _ms(started: float) -> str:
+    return f"{(time.perf_counter() - started) * 1000:.0f} ms"
 
 
 def emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:

@@ -44,7 +44,15 @@ _KILL_WAIT = 60.0  # seconds to wait for the run to reach its tool step
 
 
 def add_demo(commands: Commands) -> None:
-    sub = commands.add("demo", cmd_demo, "crash, resume, approve and move an example agent run")
+    sub = commands.add(
+        "demo",
+        cmd_demo,
+        "crash, resume, approve and move an example agent run",
+        examples=(
+            "statekeeper demo                          # SQLite under .statekeeper/demo",
+            "statekeeper demo --workdir /tmp/sk-demo --redis redis://127.0.0.1:6379/0",
+        ),
+    )
     sub.add_argument("--workdir", default=".statekeeper/demo", help="where the demo stores state")
     sub.add_argument("--graph", default="examples.approval_agent:graph", help="the agent graph")
     sub.add_argument("--redis", metavar="URL", help="also copy to this Redis (default: try local)")

@@ -23,7 +23,16 @@ _SUFFIXES = {".svg": "svg", ".mmd": "mermaid", ".mermaid": "mermaid", ".txt": "a
 
 
 def add_graph(commands: Commands) -> None:
-    sub = commands.add("graph", cmd_graph, "draw a graph offline: SVG, Mermaid or text")
+    sub = commands.add(
+        "graph",
+        cmd_graph,
+        "draw a graph offline: SVG, Mermaid or text",
+        examples=(
+            "statekeeper graph examples.approval_agent:graph             # text, on a terminal",
+            "statekeeper graph examples.approval_agent:graph -o agent.svg",
+            "statekeeper graph myapp.agents:graph --format mermaid --xray 1 > agent.mmd",
+        ),
+    )
     sub.add_argument("graph", metavar="REF", help="the graph, as package.module:attr")
     sub.add_argument(
         "--format",

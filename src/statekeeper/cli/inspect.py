@@ -21,7 +21,15 @@ _NS_HELP = "checkpoint namespace (subgraphs); default: the root graph"
 
 
 def add_threads(commands: Commands) -> None:
-    sub = commands.add("threads", cmd_threads, "list threads, most recently written first")
+    sub = commands.add(
+        "threads",
+        cmd_threads,
+        "list threads, most recently written first",
+        examples=(
+            "statekeeper threads --limit 20",
+            "statekeeper --db 'redis://127.0.0.1:6379/0?prefix=prod' threads --json",
+        ),
+    )
     sub.add_argument("--limit", type=at_least_one, default=None, metavar="N", help="show at most N")
 
 
@@ -61,7 +69,15 @@ def _status(summary: Any) -> str:
 
 
 def add_history(commands: Commands) -> None:
-    sub = commands.add("history", cmd_history, "list a thread's checkpoints, newest first")
+    sub = commands.add(
+        "history",
+        cmd_history,
+        "list a thread's checkpoints, newest first",
+        examples=(
+            "statekeeper history t1 --limit 5",
+            "statekeeper history t1 --json | jq '.[].step'",
+        ),
+    )
     sub.add_argument("thread", help="thread id")
     sub.add_argument("--limit", type=at_least_one, default=None, metavar="N", help="show at most N")
     sub.add_argument("--ns", default="", help=_NS_HELP)
@@ -104,7 +120,15 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def add_show(commands: Commands) -> None:
-    sub = commands.add("show", cmd_show, "show the state stored at a checkpoint")
+    sub = commands.add(
+        "show",
+        cmd_show,
+        "show the state stored at a checkpoint",
+        examples=(
+            "statekeeper show t1                       # the newest checkpoint",
+            "statekeeper show t1 --checkpoint CHECKPOINT_ID --json",
+        ),
+    )
     sub.add_argument("thread", help="thread id")
     sub.add_argument("--checkpoint", metavar="ID", help="checkpoint id (default: the newest)")
     sub.add_argument("--ns", default="", help=_NS_HELP)
@@ -136,7 +160,15 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def add_diff(commands: Commands) -> None:
-    sub = commands.add("diff", cmd_diff, "show what changed between two checkpoints")
+    sub = commands.add(
+        "diff",
+        cmd_diff,
+        "show what changed between two checkpoints",
+        examples=(
+            "statekeeper diff t1                       # the newest against its parent",
+            "statekeeper diff t1 OLDER_ID NEWER_ID --json",
+        ),
+    )
     sub.add_argument("thread", help="thread id")
     sub.add_argument(
         "from_", nargs="?", metavar="FROM", help="older checkpoint (default: TO's parent)"

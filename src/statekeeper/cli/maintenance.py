@@ -1,6 +1,11 @@
 """Commands that look after stored threads: ``prune`` and ``verify``, each with its
 arguments next to its handler.
 
+``prune`` is the one command that deletes what it was not asked to write: it asks
+before it deletes (``--yes`` answers; a script without a terminal must pass it), and
+``--dry-run`` shows what it would delete. ``verify --repair`` only rebuilds and
+``--quarantine`` only moves damaged files aside, so they do not ask.
+
 ``verify`` opens the storage read-only (it works on a read-only mount and creates
 nothing) unless ``--repair`` or ``--quarantine`` is given.
 """
@@ -15,42 +20,66 @@ from statekeeper.cli._common import (
     EXIT,
     CommandError,
     Commands,
+    answerable,
+    confirm,
     emit,
     not_found,
     open_saver,
     plural,
+    progress,
     threads_or_all,
 )
 from statekeeper.errors import StatekeeperError
+from statekeeper.urls import redact
 
 __all__ = ["add_prune", "add_verify"]
 
 
 def add_prune(commands: Commands) -> None:
     sub = commands.add(
-        "prune", cmd_prune, "shrink threads to their newest checkpoint, or delete them"
+        "prune",
+        cmd_prune,
+        "shrink threads to their newest checkpoint, or delete them",
+        examples=(
+            "statekeeper prune --all --dry-run         # what would go; deletes nothing",
+            "statekeeper prune t1 t2                   # asks first, on a terminal",
+            "statekeeper prune --all --strategy delete --yes   # in a script: no question",
+        ),
     )
     sub.add_argument("threads", nargs="*", metavar="THREAD")
     sub.add_argument("--all", action="store_true", help="every thread")
     sub.add_argument("--strategy", choices=["keep_latest", "delete"], default="keep_latest")
+    sub.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what would be deleted (threads, checkpoints) and delete nothing",
+    )
+    sub.add_argument(
+        "-y", "--yes", action="store_true", help="do not ask for confirmation (needed in scripts)"
+    )
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    """Keep only the newest checkpoint of each named thread (or ``--all``), or with
-    ``--strategy delete`` delete the threads; a named thread that does not exist exits
-    3 before anything is pruned."""
-    threads_or_all(args)  # before anything is imported or opened, as argparse would
-    from statekeeper.threads import list_threads
+    """Keep only the newest checkpoint of each namespace of each named thread (or
+    ``--all``), or with ``--strategy delete`` delete the threads.
 
-    with open_saver(args.db) as saver:
-        thread_ids = list_threads(saver) if args.all else args.threads
-        for thread_id in thread_ids:  # all of them exist, or nothing is pruned
-            if (
-                next(iter(saver.list({"configurable": {"thread_id": thread_id}}, limit=1)), None)
-                is None
-            ):
-                raise not_found(args.db, thread_id)
-        saver.prune(thread_ids, strategy=args.strategy)
+    A named thread that does not exist exits 3 before anything is pruned. ``--dry-run``
+    opens the storage read-only and prints what would be deleted. Otherwise the command
+    asks first (``--yes`` answers for it; without a terminal on stdin it must be given,
+    else exit 2), and only then deletes.
+    """
+    threads_or_all(args)  # before anything is imported or opened, as argparse would
+    if not args.dry_run:
+        answerable(args, f"prune --strategy {args.strategy}")
+    with open_saver(args.db, read_only=args.dry_run) as saver:
+        plan = _prune_plan(saver, args)
+        if not args.dry_run and plan["threads"]:
+            confirm(args, f"{_plan_text(plan, args.strategy)} in {redact(args.db)}?")
+            saver.prune([t["thread_id"] for t in plan["threads"]], strategy=args.strategy)
+    thread_ids = [t["thread_id"] for t in plan["threads"]]
+    if args.dry_run:
+        emit(args, {**plan, "dry_run": True}, lambda: _dry_run_text(plan, args.strategy))
+        return EXIT["ok"]
     emit(
         args,
         {"threads": thread_ids, "strategy": args.strategy},
@@ -59,9 +88,61 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return EXIT["ok"]
 
 
+def _prune_plan(saver: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """What pruning would delete, thread by thread: how many checkpoints each holds and
+    how many would go (``keep_latest`` keeps the newest of each namespace, so at most
+    that many go: delta channels may need some ancestors kept). A named thread that
+    does not exist raises the not-found error."""
+    from statekeeper.threads import list_threads
+
+    thread_ids = list_threads(saver) if args.all else list(dict.fromkeys(args.threads))
+    threads = []
+    for thread_id in thread_ids:
+        namespaces: dict[str, int] = {}
+        for tup in saver.list({"configurable": {"thread_id": thread_id}}):
+            ns = tup.config["configurable"].get("checkpoint_ns", "")
+            namespaces[ns] = namespaces.get(ns, 0) + 1
+        if not namespaces:
+            raise not_found(args.db, thread_id)  # all of them exist, or nothing is pruned
+        held = sum(namespaces.values())
+        deleted = held if args.strategy == "delete" else held - len(namespaces)
+        threads.append({"thread_id": thread_id, "checkpoints": held, "deleted": deleted})
+    return {
+        "strategy": args.strategy,
+        "threads": threads,
+        "checkpoints": sum(t["checkpoints"] for t in threads),
+        "deleted": sum(t["deleted"] for t in threads),
+    }
+
+
+def _plan_text(plan: dict[str, Any], strategy: str) -> str:
+    count = plural(len(plan["threads"]), "thread")
+    if strategy == "delete":
+        return f"delete {count} ({plural(plan['checkpoints'], 'checkpoint')})"
+    return (
+        f"prune {count}: delete up to {plan['deleted']} of their "
+        f"{plural(plan['checkpoints'], 'checkpoint')}, keeping each namespace's newest"
+    )
+
+
+def _dry_run_text(plan: dict[str, Any], strategy: str) -> str:
+    if not plan["threads"]:
+        return "dry run: no threads, nothing would be deleted"
+    rows = [(t["thread_id"], t["checkpoints"], t["deleted"]) for t in plan["threads"]]
+    table = _console.table(["thread", "checkpoints", "would delete"], rows)
+    return f"{table}\ndry run: would {_plan_text(plan, strategy)}; nothing was deleted"
+
+
 def add_verify(commands: Commands) -> None:
     sub = commands.add(
-        "verify", cmd_verify, "check every stored record against its checksum; exit 1 if damaged"
+        "verify",
+        cmd_verify,
+        "check every stored record against its checksum; exit 1 if damaged",
+        examples=(
+            "statekeeper verify                        # read-only",
+            "statekeeper verify --repair               # rebuild what intact records allow",
+            "statekeeper --db file:///var/lib/agent verify --quarantine",
+        ),
     )
     sub.add_argument(
         "--repair",
@@ -139,7 +220,7 @@ def _read_everything(saver: Any, problems: list[dict[str, Any]]) -> tuple[int, i
     except StatekeeperError as exc:
         problems.append({"reason": f"cannot list the threads: {exc}"})
         return 0, 0
-    bar = _console.Progress("verify")
+    bar = progress("verify")
     checked = 0
     for done, thread_id in enumerate(thread_ids, 1):
         try:

@@ -15,23 +15,41 @@ import json
 import os
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from statekeeper import _console
-from statekeeper.cli._common import EXIT, CommandError, Commands, Handler
+from statekeeper.cli._common import (
+    EXIT,
+    CommandError,
+    Commands,
+    Handler,
+    Missing,
+    command_line,
+    info,
+    progress,
+)
 from statekeeper.errors import ConfigurationError
+from statekeeper.urls import redact
 
 __all__ = ["add_memory"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_PAGE = 100  # namespaces read at a time
 
 
 def add_memory(commands: Commands) -> None:
     """``memory`` and, under it, ``search``, ``show``, ``stats``, ``export`` and ``eval``."""
     memory = commands.add(
-        "memory", _usage_of_group, "memory notes: search, show, stats, export, eval"
+        "memory",
+        _usage_of_group,
+        "memory notes: search, show, stats, export, eval",
+        examples=(
+            "statekeeper memory search 'where does Ana work' --thread ana",
+            "statekeeper memory COMMAND --help",
+        ),
     )
     group = commands.group(memory, "memory_command")
     for add in (_add_search, _add_show, _add_stats, _add_export, _add_eval):
@@ -44,7 +62,14 @@ def _usage_of_group(args: argparse.Namespace) -> int:
 
 def _add_search(commands: Commands) -> None:
     sub = _on_store(
-        commands, "search", cmd_search, "recall the notes relevant to a query, with provenance"
+        commands,
+        "search",
+        cmd_search,
+        "recall the notes relevant to a query, with provenance",
+        examples=(
+            "statekeeper memory search 'what is the cat called' --thread ana",
+            "statekeeper memory search 'deadline' --namespace notes --k 3 --max-age 30d --json",
+        ),
     )
     sub.add_argument("query")
     _where(sub)
@@ -58,7 +83,9 @@ def _add_search(commands: Commands) -> None:
 
 def cmd_search(args: argparse.Namespace) -> int:
     """At most ``--k`` notes relevant to ``args.query`` above ``--min-score`` — possibly
-    none — that hold at ``--as-of``, each with its score and provenance."""
+    none — that hold at ``--as-of``, each with its score and provenance. A search is an
+    inspection, not a recall by a graph: it is not recorded, so ``memory stats`` does not
+    count it."""
     from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Limits, recall
 
     with _store(args) as store:
@@ -75,6 +102,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 k=args.k,
                 min_score=DEFAULT_MIN_SCORE if args.min_score is None else args.min_score,
             ),
+            log=False,  # looking is not recalling: memory stats counts what graphs recall
         )
     rows = [hit.to_dict() for hit in hits]
     if args.json:
@@ -96,28 +124,37 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def _add_show(commands: Commands) -> None:
     sub = _on_store(
-        commands, "show", cmd_show, "show one note: text, provenance, validity, conflicts"
+        commands,
+        "show",
+        cmd_show,
+        "show one note: text, provenance, validity, conflicts",
+        examples=(
+            "statekeeper memory show NOTE_KEY          # found in whichever namespace holds it",
+            "statekeeper memory show NOTE_KEY --thread ana",
+        ),
     )
     sub.add_argument("key")
     _where(sub)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """The note ``args.key`` as JSON, with the chain of notes it supersedes; exits 3
-    when the namespace has no such item."""
+    """The note ``args.key`` as JSON, with the chain of notes it supersedes.
+
+    Without ``--thread`` or ``--namespace`` the note is looked for in every namespace of
+    the store: found in one, it is shown; found in several, the command stops with bad
+    usage (exit 2), naming them. Not found: exit 3.
+    """
     from statekeeper.memory.conflicts import supersede_chain
     from statekeeper.memory.notes import Note
 
-    namespace = _namespace(args)
     with _store(args) as store:
+        if args.thread is None and args.namespace is None:
+            namespace = _namespace_holding(store, args)
+        else:
+            namespace = _namespace(args)
         item = store.get(namespace, args.key)
         if item is None:
-            print(
-                f"statekeeper memory show: no item {args.key!r} in namespace "
-                f"{'/'.join(namespace)!r}",
-                file=sys.stderr,
-            )
-            return EXIT["not_found"]
+            raise _no_note(args, namespace)
         note = Note.from_value(item.value)
         chain = [n.key for n in supersede_chain(store, namespace, args.key)]
     shown = {"key": item.key, "namespace": list(item.namespace), **note.to_value()}
@@ -126,8 +163,54 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT["ok"]
 
 
+def _namespace_holding(store: Any, args: argparse.Namespace) -> tuple[str, ...]:
+    """The one namespace whose items include the key ``args.key`` (the event log of
+    :mod:`statekeeper.memory.metrics` aside)."""
+    from statekeeper.memory.metrics import LOG_NAMESPACE
+
+    holders: list[tuple[str, ...]] = []
+    offset = 0
+    while page := store.list_namespaces(limit=_PAGE, offset=offset):
+        holders += [
+            tuple(ns)
+            for ns in page
+            if tuple(ns[: len(LOG_NAMESPACE)]) != LOG_NAMESPACE
+            and store.get(tuple(ns), args.key) is not None
+        ]
+        if len(page) < _PAGE:
+            break
+        offset += len(page)
+    if not holders:
+        raise _no_note(args, None)
+    if len(holders) > 1:
+        names = ", ".join(repr("/".join(ns)) for ns in holders)
+        raise CommandError(
+            f"note {args.key!r} is in {len(holders)} namespaces: {names}; "
+            "name one with --namespace (or --thread)"
+        )
+    return holders[0]
+
+
+def _no_note(args: argparse.Namespace, namespace: tuple[str, ...] | None) -> Missing:
+    url = _store_url(args)
+    where = f" in namespace {'/'.join(namespace)!r}" if namespace is not None else ""
+    listing = command_line("memory", "export", *(["--store", url] if args.store else []))
+    return Missing(
+        f"no note {args.key!r}{where} in {redact(url)}; `{listing}` lists the notes"
+    )
+
+
 def _add_stats(commands: Commands) -> None:
-    sub = _on_store(commands, "stats", cmd_stats, "recall quality and compaction savings over time")
+    sub = _on_store(
+        commands,
+        "stats",
+        cmd_stats,
+        "recall quality and compaction savings over time",
+        examples=(
+            "statekeeper memory stats --window 1h",
+            "statekeeper memory stats --thread ana --since 2026-03-01 --json",
+        ),
+    )
     sub.add_argument("--thread", metavar="ID", help="only this thread")
     sub.add_argument("--since", metavar="TIME", help="from this time (ISO 8601)")
     sub.add_argument("--until", metavar="TIME", help="until this time (ISO 8601)")
@@ -186,7 +269,16 @@ def _fmt(value: float | None, *, percent: bool = False) -> str:
 
 
 def _add_export(commands: Commands) -> None:
-    sub = _on_store(commands, "export", cmd_export, "write the store's items as JSON Lines")
+    sub = _on_store(
+        commands,
+        "export",
+        cmd_export,
+        "write the store's items as JSON Lines",
+        examples=(
+            "statekeeper memory export -o notes.jsonl",
+            "statekeeper memory export --thread ana | jq .value.text",
+        ),
+    )
     _where(sub)
     sub.add_argument("-o", "--output", default="-", metavar="FILE", help="default: stdout")
 
@@ -214,7 +306,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
             offset += len(page)
-    print(f"exported {count} item{'' if count == 1 else 's'}", file=sys.stderr)
+    info(f"exported {count} item{'' if count == 1 else 's'}")
     return EXIT["ok"]
 
 
@@ -224,6 +316,10 @@ def _add_eval(commands: Commands) -> None:
         "eval",
         cmd_eval,
         "measure summarization + recall against raw-message BM25 on a dataset",
+        examples=(
+            "statekeeper memory eval dataset.json",
+            "statekeeper memory eval dataset.json --budget 512 --k 5 --json > report.json",
+        ),
     )
     sub.add_argument("dataset", metavar="DATASET.json", help="see docs/memory-eval.md")
     sub.add_argument("--budget", type=int, default=1024, metavar="TOKENS", help="default 1024")
@@ -253,7 +349,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         limits=Limits(k=args.k, min_score=floor),
         store_url=args.eval_store,
     )
-    bar = _console.Progress("eval")
+    bar = progress("eval")
     try:
         report = evaluate(
             dataset,
@@ -274,10 +370,10 @@ class _UsageError(ConfigurationError):
 
 
 def _on_store(
-    commands: Commands, name: str, handler: Handler, text: str
+    commands: Commands, name: str, handler: Handler, text: str, *, examples: Sequence[str]
 ) -> argparse.ArgumentParser:
     """A memory command that reads the store ``--store`` (default: the ``--db`` URL)."""
-    sub = commands.add(name, handler, text)
+    sub = commands.add(name, handler, text, examples=examples)
     sub.add_argument(
         "--store",
         metavar="URL",
@@ -294,7 +390,11 @@ def _where(sub: argparse.ArgumentParser) -> None:
 def _store(args: argparse.Namespace) -> Any:
     from statekeeper.memory.store import open_store
 
-    return open_store(args.store or os.environ.get("STATEKEEPER_STORE") or args.db)
+    return open_store(_store_url(args))
+
+
+def _store_url(args: argparse.Namespace) -> str:
+    return str(args.store or os.environ.get("STATEKEEPER_STORE") or args.db)
 
 
 def _namespace(args: argparse.Namespace) -> tuple[str, ...]:

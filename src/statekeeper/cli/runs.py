@@ -27,6 +27,7 @@ from statekeeper.cli._common import (
     command_line,
     emit,
     open_saver,
+    progress,
     threads_or_all,
 )
 from statekeeper.errors import AnswerRequiredError, StatekeeperError
@@ -35,7 +36,17 @@ __all__ = ["add_fork", "add_migrate", "add_resume", "add_run"]
 
 
 def add_run(commands: Commands) -> None:
-    sub = commands.add("run", cmd_run, "start a graph on a new thread")
+    sub = commands.add(
+        "run",
+        cmd_run,
+        "start a graph on a new thread",
+        examples=(
+            "statekeeper run examples.approval_agent:graph --thread t1 \\",
+            "    --input '{\"messages\": [{\"role\": \"user\", \"content\": \"Where is order 1042?\"}]}'",
+            "statekeeper run myapp.agents:graph --input @input.json",
+            "echo '{\"question\": \"...\"}' | statekeeper run myapp.agents:graph --input -",
+        ),
+    )
     sub.add_argument("graph", help='the graph to run, as "package.module:attr"')
     sub.add_argument(
         "--input",
@@ -63,7 +74,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_resume(commands: Commands) -> None:
-    sub = commands.add("resume", cmd_resume, "continue a thread from its last completed step")
+    sub = commands.add(
+        "resume",
+        cmd_resume,
+        "continue a thread from its last completed step",
+        examples=(
+            "statekeeper resume t1                     # after a crash, a kill or an exception",
+            "statekeeper resume t1 --answer yes        # answer a pending interrupt()",
+            "statekeeper resume t1 --answer '{\"approved\": true}' --graph myapp.agents:graph",
+        ),
+    )
     sub.add_argument("thread", help="thread id")
     sub.add_argument(
         "--answer", metavar="VALUE", help="answer to a pending interrupt() (JSON, else text)"
@@ -95,7 +115,15 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def add_fork(commands: Commands) -> None:
-    sub = commands.add("fork", cmd_fork, "branch a thread from an earlier checkpoint")
+    sub = commands.add(
+        "fork",
+        cmd_fork,
+        "branch a thread from an earlier checkpoint",
+        examples=(
+            "statekeeper fork t1 CHECKPOINT_ID --to t1-retry",
+            "statekeeper resume t1-retry",
+        ),
+    )
     sub.add_argument("thread", help="thread id")
     sub.add_argument("checkpoint", help="the checkpoint to branch from")
     sub.add_argument("--to", metavar="THREAD", help="new thread to fork into (default: same)")
@@ -122,7 +150,15 @@ def cmd_fork(args: argparse.Namespace) -> int:
 
 
 def add_migrate(commands: Commands) -> None:
-    sub = commands.add("migrate", cmd_migrate, "upgrade threads to their graph's state schema")
+    sub = commands.add(
+        "migrate",
+        cmd_migrate,
+        "upgrade threads to their graph's state schema",
+        examples=(
+            "statekeeper migrate t1 t2",
+            "statekeeper migrate --all --graph myapp.agents:graph",
+        ),
+    )
     sub.add_argument("threads", nargs="*", metavar="THREAD")
     sub.add_argument("--all", action="store_true", help="every thread")
     sub.add_argument("--graph", metavar="REF", help="graph to use instead of the recorded one")
@@ -138,9 +174,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     with open_saver(args.db) as saver:
         thread_ids = list_threads(saver) if args.all else args.threads
         runner = Runner(saver)
-        results = {
-            thread_id: runner.migrate(thread_id, graph_ref=args.graph) for thread_id in thread_ids
-        }
+        results = {}
+        bar = progress("migrate")
+        try:
+            for done, thread_id in enumerate(thread_ids, 1):
+                results[thread_id] = runner.migrate(thread_id, graph_ref=args.graph)
+                bar.update(done, len(thread_ids), "threads")
+        finally:
+            bar.done()
     emit(
         args,
         results,

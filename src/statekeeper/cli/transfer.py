@@ -1,8 +1,9 @@
 """Commands that move threads between storages: ``copy``, ``export`` and ``import``, each
 with its arguments next to its handler.
 
-They report progress on stderr (a bar, only on a terminal) and how many threads,
-checkpoints and writes they moved.
+They report progress on stderr (a bar, only on a terminal and not with ``-q``) and how
+many threads, checkpoints and writes they moved. ``copy`` and ``import`` create nothing
+on failure: everything that can be checked is checked before the target is opened.
 """
 
 from __future__ import annotations
@@ -15,14 +16,32 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper import _console
-from statekeeper.cli._common import EXIT, CommandError, Commands, emit, open_saver, plural
+from statekeeper.cli._common import (
+    EXIT,
+    CommandError,
+    Commands,
+    emit,
+    info,
+    not_found,
+    open_saver,
+    plural,
+    progress,
+)
 from statekeeper.urls import redact
 
 __all__ = ["add_copy", "add_export", "add_import"]
 
 
 def add_copy(commands: Commands) -> None:
-    sub = commands.add("copy", cmd_copy, "copy threads from one storage URL to another")
+    sub = commands.add(
+        "copy",
+        cmd_copy,
+        "copy threads from one storage URL to another",
+        examples=(
+            "statekeeper copy sqlite:///.statekeeper/state.db 'redis://127.0.0.1:6379/0?prefix=prod'",
+            "statekeeper copy sqlite:///old.db file:///var/lib/agent --thread t1 --thread t2",
+        ),
+    )
     sub.add_argument("source", metavar="SRC_URL")
     sub.add_argument("target", metavar="DST_URL")
     sub.add_argument(
@@ -35,15 +54,20 @@ def add_copy(commands: Commands) -> None:
 
 def cmd_copy(args: argparse.Namespace) -> int:
     """Copy the ``--thread`` threads (default: all) from ``SRC_URL`` to ``DST_URL``,
-    exactly; threads the target already has are refused (exit 5)."""
-    from statekeeper.transfer import copy_threads
+    exactly; threads the target already has are refused (exit 5).
+
+    Creates nothing on failure: the source is read and the threads to copy are found
+    before the target is opened (a missing source, a missing thread or an unreachable
+    target leaves no new database, directory or key behind), and a copy that fails
+    part-way deletes the threads it wrote.
+    """
+    from statekeeper.threads import list_threads
 
     bar, report = _progress("copy")
-    with open_saver(args.source, read_only=True) as source, open_saver(args.target) as target:
-        try:
-            stats = copy_threads(source, target, args.thread or None, progress=report)
-        finally:
-            bar.done()
+    with open_saver(args.source, read_only=True) as source:
+        thread_ids = _named_threads(source, args) if args.thread else list_threads(source)
+        with open_saver(args.target) as target:
+            stats = _copied(source, target, thread_ids, bar, report)
     emit(
         args,
         stats,
@@ -52,8 +76,36 @@ def cmd_copy(args: argparse.Namespace) -> int:
     return EXIT["ok"]
 
 
+def _named_threads(source: Any, args: argparse.Namespace) -> list[str]:
+    """The ``--thread`` ids, each once; one the source does not hold is not found (exit 3)."""
+    thread_ids = list(dict.fromkeys(args.thread))
+    for thread_id in thread_ids:
+        if next(iter(source.list({"configurable": {"thread_id": thread_id}}, limit=1)), None) is None:
+            raise not_found(args.source, thread_id)
+    return thread_ids
+
+
+def _copied(
+    source: Any, target: Any, thread_ids: list[str], bar: Any, report: Any
+) -> Any:
+    from statekeeper.transfer import copy_threads
+
+    try:
+        return copy_threads(source, target, thread_ids, progress=report)
+    finally:
+        bar.done()
+
+
 def add_export(commands: Commands) -> None:
-    sub = commands.add("export", cmd_export, "write threads to a JSON Lines dump")
+    sub = commands.add(
+        "export",
+        cmd_export,
+        "write threads to a JSON Lines dump",
+        examples=(
+            "statekeeper export -o backup.jsonl",
+            "statekeeper export --thread t1 | gzip > t1.jsonl.gz",
+        ),
+    )
     sub.add_argument(
         "--thread",
         action="append",
@@ -67,7 +119,8 @@ def add_export(commands: Commands) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Write the ``--thread`` threads (default: all) as a JSON Lines dump to ``--output``
-    (default: stdout); the summary goes to stderr, so stdout holds only the dump."""
+    (default: stdout); the summary goes to stderr (not with ``-q``), so stdout holds only
+    the dump."""
     from statekeeper.transfer import export_threads
 
     bar, report = _progress("export")
@@ -76,25 +129,37 @@ def cmd_export(args: argparse.Namespace) -> int:
             stats = export_threads(saver, out, args.thread or None, progress=report)
         finally:
             bar.done()
-    message = f"exported {_counts(stats)}"
-    print(_console.dumps(stats) if args.json else message, file=sys.stderr)
+    info(_console.dumps(stats) if args.json else f"exported {_counts(stats)}")
     return EXIT["ok"]
 
 
 def add_import(commands: Commands) -> None:
-    sub = commands.add("import", cmd_import, "load threads from a JSON Lines dump")
+    sub = commands.add(
+        "import",
+        cmd_import,
+        "load threads from a JSON Lines dump",
+        examples=(
+            "statekeeper --db file://./restored import backup.jsonl",
+            "gunzip -c t1.jsonl.gz | statekeeper import -",
+        ),
+    )
     sub.add_argument("file", metavar="FILE", help="dump file ('-' for stdin)")
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    """Load the dump ``FILE`` (``-``: stdin); the whole dump is validated before anything
-    is written."""
-    from statekeeper.transfer import import_threads
+    """Load the dump ``FILE`` (``-``: stdin).
+
+    Creates nothing on failure: the whole dump is read and checked before the target is
+    even opened, so a corrupt, truncated or crafted dump leaves no new database,
+    directory or key behind; threads the target already has are refused (exit 5) before
+    anything is written, and an import that fails part-way deletes the threads it wrote.
+    """
+    from statekeeper.transfer import check_dump
 
     bar, report = _progress("import")
-    with open_saver(args.db) as saver, _input(args.file) as src:
+    with _input(args.file) as src, check_dump(src) as dump, open_saver(args.db) as saver:
         try:
-            stats = import_threads(saver, src, progress=report)
+            stats = dump.import_into(saver, progress=report)
         finally:
             bar.done()
     emit(
@@ -109,7 +174,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def _progress(label: str) -> tuple[_console.Progress, Callable[[int, int, int], None]]:
-    bar = _console.Progress(label)
+    bar = progress(label)
 
     def report(threads_done: int, threads_total: int, checkpoints: int) -> None:
         bar.update(threads_done, threads_total, f"threads, {checkpoints} checkpoints")

@@ -25,7 +25,13 @@ _EXTRA = ("starlette", "jinja2", "uvicorn", "markupsafe")
 
 def add_ui(commands: Commands) -> None:
     sub = commands.add(
-        "ui", cmd_ui, "browse threads, checkpoints, interrupts, graphs and memory in a browser"
+        "ui",
+        cmd_ui,
+        "browse threads, checkpoints, interrupts, graphs and memory in a browser",
+        examples=(
+            "statekeeper ui                            # read-only, opens a browser",
+            "statekeeper ui --write --port 8800 --no-browser --graph myapp.agents:graph",
+        ),
     )
     sub.add_argument(
         "--store", metavar="URL", help="memory store (env STATEKEEPER_STORE; default: the --db URL)"

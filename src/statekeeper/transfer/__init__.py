@@ -37,8 +37,10 @@ from statekeeper.transfer._dump import Contents, DumpWriter, read_dump
 from statekeeper.transfer.records import Record, plan_thread, read_thread, write_calls
 
 __all__ = [
+    "CheckedDump",
     "Progress",
     "TransferStats",
+    "check_dump",
     "copy_threads",
     "export_threads",
     "import_threads",
@@ -122,11 +124,9 @@ def import_threads(
 ) -> TransferStats:
     """Store the threads of the dump ``src`` in ``target``; all of them or none.
 
-    The whole dump is read and checked before anything is written: its header and
-    version, every record's shape, ids, payloads and parent links, and the trailer's
-    counts and checksum. Payloads are decoded safely (nothing named in them is imported
-    or called, except data classes of modules already imported). A stream that cannot
-    seek is spooled to a temporary file for the second pass.
+    The whole dump is read and checked before anything is written (see
+    :func:`check_dump`, which does that part alone: to check a dump before the target is
+    even opened, call it and then :meth:`CheckedDump.import_into`).
 
     Raises:
         SerializationError: the dump is malformed, truncated, altered or of an unknown
@@ -135,18 +135,61 @@ def import_threads(
         ThreadExistsError: a thread of the dump already has checkpoints in ``target``;
             nothing was written.
     """
+    with check_dump(src) as dump:
+        return dump.import_into(target, progress=progress)
+
+
+@contextlib.contextmanager
+def check_dump(src: TextIO) -> Iterator[CheckedDump]:
+    """Read and check the whole dump ``src``, touching no storage: its header and
+    version, every record's shape, ids, payloads and parent links, and the trailer's
+    counts and checksum. Payloads are decoded safely (nothing named in them is imported
+    or called, except data classes of modules already imported). A stream that cannot
+    seek is spooled to a temporary file, kept until the ``with`` block ends, for the
+    second pass that :meth:`CheckedDump.import_into` makes.
+
+    Raises:
+        SerializationError: the dump is malformed, truncated, altered or of an unknown
+            version, or holds a value that would not be rebuilt exactly; the message
+            names the line.
+    """
     with _two_passes(src) as read_again:
         contents = Contents()
         for _ in read_dump(read_again(), contents):
             pass
-        left = dict(contents.checkpoints)
+        yield CheckedDump(contents, read_again)
+
+
+class CheckedDump:
+    """A dump :func:`check_dump` read whole and found sound, ready to be stored."""
+
+    def __init__(self, contents: Contents, read_again: Callable[[], Iterator[str]]) -> None:
+        self._contents = contents
+        self._read_again = read_again
+
+    @property
+    def threads(self) -> list[str]:
+        """The dump's thread ids, in dump order."""
+        return list(self._contents.checkpoints)
+
+    def import_into(
+        self, target: BaseCheckpointSaver[Any], *, progress: Progress | None = None
+    ) -> TransferStats:
+        """Store the dump's threads in ``target``; all of them or none (a failure part-way
+        deletes the threads it wrote, then raises).
+
+        Raises:
+            ThreadExistsError: a thread of the dump already has checkpoints in
+                ``target``; nothing was written.
+        """
+        left = dict(self._contents.checkpoints)
         tally = _Tally(len(left), progress)
         with _Destination(target, list(left)) as destination:
-            for record in read_dump(read_again()):
+            for record in read_dump(self._read_again()):
                 destination.write(record)
                 left[record.thread_id] -= 1
                 tally.add(record, thread_done=left[record.thread_id] == 0)
-    return tally.stats()
+        return tally.stats()
 
 
 # -- helpers ------------------------------------------------------------------------------
