@@ -108,9 +108,7 @@ def test_show_prints_one_note_and_its_chain(db: str, capsys: Any) -> None:
     assert err.count("\n") == 1
 
 
-def test_show_finds_a_note_without_its_thread_when_the_key_is_unique(
-    db: str, capsys: Any
-) -> None:
+def test_show_finds_a_note_without_its_thread_when_the_key_is_unique(db: str, capsys: Any) -> None:
     key = note("Ana: I adopted a cat named Miso last spring.", "m1").key
     code, out, err = cli(capsys, "memory", "show", key, "--db", db)
     assert code == EXIT["ok"], err

@@ -180,7 +180,15 @@ class Progress:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                desc=self.label, total=total, file=self.stream, leave=False, dynamic_ncols=True
+                desc=self.label,
+                total=total,
+                file=self.stream,
+                leave=False,  # wiped when done: the command's summary line comes next
+                # the size said once: a pseudo-terminal of size 0x0 (some are) would
+                # otherwise get an empty bar, or none at all
+                ncols=_size(self.stream).columns or 80,
+                nrows=_size(self.stream).lines or 24,
+                bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
             )
         bar = self._bar
         bar.total = total or None
@@ -192,3 +200,11 @@ class Progress:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _size(stream: TextIO) -> os.terminal_size:
+    """The size of the terminal ``stream`` is on; 0x0 when it does not say."""
+    try:
+        return os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        return os.terminal_size((0, 0))

@@ -195,9 +195,7 @@ def _no_note(args: argparse.Namespace, namespace: tuple[str, ...] | None) -> Mis
     url = _store_url(args)
     where = f" in namespace {'/'.join(namespace)!r}" if namespace is not None else ""
     listing = command_line("memory", "export", *(["--store", url] if args.store else []))
-    return Missing(
-        f"no note {args.key!r}{where} in {redact(url)}; `{listing}` lists the notes"
-    )
+    return Missing(f"no note {args.key!r}{where} in {redact(url)}; `{listing}` lists the notes")
 
 
 def _add_stats(commands: Commands) -> None:

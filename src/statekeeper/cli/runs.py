@@ -42,9 +42,9 @@ def add_run(commands: Commands) -> None:
         "start a graph on a new thread",
         examples=(
             "statekeeper run examples.approval_agent:graph --thread t1 \\",
-            "    --input '{\"messages\": [{\"role\": \"user\", \"content\": \"Where is order 1042?\"}]}'",
+            '    --input \'{"messages": [{"role": "user", "content": "Where is order 1042?"}]}\'',
             "statekeeper run myapp.agents:graph --input @input.json",
-            "echo '{\"question\": \"...\"}' | statekeeper run myapp.agents:graph --input -",
+            'echo \'{"question": "..."}\' | statekeeper run myapp.agents:graph --input -',
         ),
     )
     sub.add_argument("graph", help='the graph to run, as "package.module:attr"')

@@ -80,14 +80,13 @@ def _named_threads(source: Any, args: argparse.Namespace) -> list[str]:
     """The ``--thread`` ids, each once; one the source does not hold is not found (exit 3)."""
     thread_ids = list(dict.fromkeys(args.thread))
     for thread_id in thread_ids:
-        if next(iter(source.list({"configurable": {"thread_id": thread_id}}, limit=1)), None) is None:
+        config = {"configurable": {"thread_id": thread_id}}
+        if next(iter(source.list(config, limit=1)), None) is None:
             raise not_found(args.source, thread_id)
     return thread_ids
 
 
-def _copied(
-    source: Any, target: Any, thread_ids: list[str], bar: Any, report: Any
-) -> Any:
+def _copied(source: Any, target: Any, thread_ids: list[str], bar: Any, report: Any) -> Any:
     from statekeeper.transfer import copy_threads
 
     try:
