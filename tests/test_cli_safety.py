@@ -254,3 +254,45 @@ def test_a_failed_copy_creates_nothing_on_the_target(
     assert code == EXIT["refused"], err
     assert created(data, stored) == before
     assert cli(capsys, "history", "t2", "--db", stored)[0] == EXIT["not_found"]
+
+
+class _CtrlC:
+    """A progress bar that presses Ctrl-C once the third checkpoint is written."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def update(self, done: int, total: int | None, detail: str = "") -> None:
+        if detail.startswith("threads, 3 checkpoints"):
+            raise KeyboardInterrupt
+
+    def done(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("command", ["copy", "import"])
+def test_a_transfer_stopped_part_way_leaves_no_thread_behind(
+    stored: str,
+    db: str,
+    dump: str,
+    command: str,
+    tmp_path: Path,
+    capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C after three of eight checkpoints: the threads written are deleted again
+    (exit 130), and what the target held before is untouched."""
+    build_thread(stored, "kept")
+    before = history(capsys, stored, "kept")
+    path = tmp_path / "dump.jsonl"
+    path.write_text(dump)
+    monkeypatch.setattr("statekeeper.cli.transfer.progress", _CtrlC)
+    argv = ["copy", db, stored] if command == "copy" else ["import", str(path), "--db", stored]
+    code, out, err = cli(capsys, *argv)
+    assert code == EXIT["stopped"], err
+    assert out == ""
+    for thread in ("t1", "t2"):
+        assert cli(capsys, "history", thread, "--db", stored)[0] == EXIT["not_found"]
+    assert history(capsys, stored, "kept") == before
+    code, out, _ = cli(capsys, "threads", "--db", stored, "--json")
+    assert [row["thread_id"] for row in json.loads(out)] == ["kept"]

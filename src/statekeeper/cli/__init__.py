@@ -10,7 +10,7 @@ JSON with ``--json``. Progress bars and errors go to stderr. Exit codes (:data:`
  2    bad usage: unknown option, malformed URL, JSON or graph reference
  3    not found: unknown thread or checkpoint, or no storage at ``--db``
  4    busy: another run holds the thread
- 5    refused: the target thread exists, or there is nothing to resume
+ 5    refused: the target thread exists, nothing to resume, or a confirmation said no
  6    read-only: a write to storage opened read-only or not writable
  10   interrupted: the run waits at an ``interrupt()``; answer with ``resume --answer``
  130  stopped by Ctrl-C (SIGINT)
@@ -22,8 +22,10 @@ With ``--json``, an error is one JSON object on stderr, ``{"error": {"code":
 :data:`EXIT` (see docs/cli.md).
 
 The commands that only read (``threads``, ``history``, ``show``, ``diff``, ``export``,
-``verify`` without ``--repair``, and ``copy``'s source) open the storage read-only, so
-they never create a database, directory or key.
+``verify`` without ``--repair``, ``prune --dry-run``, and ``copy``'s source) open the
+storage read-only, so they never create a database, directory or key. ``prune`` asks
+before it deletes (``--yes`` in scripts). ``-q`` keeps stderr to errors; ``-v`` adds
+what was opened and how long the command took.
 
 Each command lives in the module of its kind, its arguments next to its handler:
 :mod:`~statekeeper.cli.runs` (run, resume, fork, migrate),
