@@ -11,6 +11,14 @@ both are scored with the same metrics (see ``docs/memory-eval.md``)::
 
     report = evaluate(load_dataset("dev.json"), EvalSettings(budget_tokens=1024))
     print(render(report))
+
+:func:`evaluate_answers` goes one step further: it reads every question, with the offline
+:class:`SpanReader` or any LangChain chat model, from the context each condition would
+send (full history, recent window, summary, summary + recall, recall, BM25 over turns)
+and scores the answers against the gold ones, with a freshness sweep of recall::
+
+    answers = evaluate_answers(load_dataset("dev.json"), AnswerSettings(budget=4096))
+    print(render_answers(answers))
 """
 
 from __future__ import annotations
@@ -22,7 +30,21 @@ from typing import Any
 from typing_extensions import TypedDict, Unpack
 
 from statekeeper.checkpointers import open_checkpointer
+from statekeeper.memory.eval._answer_report import (
+    CONDITIONS,
+    AnswerMetrics,
+    AnswerReport,
+    render_answers,
+)
+from statekeeper.memory.eval._answers import (
+    DEFAULT_READER_BUDGET,
+    DEFAULT_SWEEP,
+    AnswerSettings,
+    FreshnessCut,
+    evaluate_answers,
+)
 from statekeeper.memory.eval._baseline import BM25Index
+from statekeeper.memory.eval._chart import answers_chart
 from statekeeper.memory.eval._dataset import (
     Conversation,
     Dataset,
@@ -32,6 +54,7 @@ from statekeeper.memory.eval._dataset import (
 )
 from statekeeper.memory.eval._metrics import MetricSet, Outcome
 from statekeeper.memory.eval._play import Played, play, said, tokens
+from statekeeper.memory.eval._readers import ChatReader, Reader, Reading, SpanReader, reader_from
 from statekeeper.memory.eval._report import ConversationStats, EvalReport, QuestionResult, render
 from statekeeper.memory.eval._settings import DEFAULT_BUDGET_TOKENS, EvalSettings
 from statekeeper.memory.notes import Note
@@ -40,19 +63,34 @@ from statekeeper.memory.store import open_store
 from statekeeper.memory.summarize import Summarizer
 
 __all__ = [
+    "CONDITIONS",
     "DEFAULT_BUDGET_TOKENS",
+    "DEFAULT_READER_BUDGET",
+    "DEFAULT_SWEEP",
+    "AnswerMetrics",
+    "AnswerReport",
+    "AnswerSettings",
+    "ChatReader",
     "ConversationStats",
     "Dataset",
     "EvalKeywords",
     "EvalReport",
     "EvalSettings",
+    "FreshnessCut",
     "MetricSet",
     "Outcome",
     "QuestionResult",
+    "Reader",
+    "Reading",
+    "SpanReader",
+    "answers_chart",
     "evaluate",
+    "evaluate_answers",
     "load_dataset",
     "parse_dataset",
+    "reader_from",
     "render",
+    "render_answers",
 ]
 
 Progress = Callable[[int, int, str], None]  # (conversations done, total, conversation id)
