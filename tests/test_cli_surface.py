@@ -36,7 +36,10 @@ SURFACE = {
     "memory show": "key --namespace --store --thread",
     "memory stats": "--since --store --thread --until --window",
     "memory export": "--namespace --store --thread -o/--output",
-    "memory eval": "DATASET.json --budget --k --min-score --store",
+    "memory eval": (
+        "DATASET.json --answers --budget --chart --k --min-score --no-sweep --reader "
+        "--reader-budget --store"
+    ),
     "graph": "REF --format --xray -o/--output",
     "demo": "--graph --redis --workdir",
     "ui": "--graph --host --no-browser --port --store --write",

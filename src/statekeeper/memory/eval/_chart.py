@@ -36,7 +36,8 @@ def answers_chart(report: AnswerReport) -> str:
     def y(score: float) -> float:
         return _TOP + plot_h * (1 - score)
 
-    title = f"Answer quality vs tokens sent ({report.reader} reader)"
+    store = report.settings.get("store_url", "")
+    title = f"Answer quality vs tokens sent ({report.reader} reader, store {store})"
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
         f'viewBox="0 0 {_WIDTH} {_HEIGHT}" font-family="sans-serif" font-size="12">',
