@@ -142,7 +142,8 @@ def sessions() -> list[tuple[Session, Message]]:
 def test_history_unlimited_holds_every_message_with_its_session_date() -> None:
     text = history_context(sessions(), None)
     lines = text.splitlines()
-    assert lines[0] == "[2024-05-01]" and "[2024-05-09]" in lines
+    assert lines[0] == "[2024-05-01]"
+    assert "[2024-05-09]" in lines
     assert [line for line in lines if not line.startswith("[")] == [
         f"Ana: {message(n).text}" for n in range(1, 11)
     ]
@@ -174,7 +175,8 @@ def test_fit_keeps_the_first_units_of_a_ranked_list() -> None:
 
     text = fit(lines, render, 40, keep="first")
     assert text == render(lines[: len(text.splitlines())])
-    assert 0 < len(text.splitlines()) < 6 and tokens([text]) <= 40
+    assert 0 < len(text.splitlines()) < 6
+    assert tokens([text]) <= 40
     assert fit(lines, render, None, keep="first") == render(lines)
 
 
@@ -217,8 +219,10 @@ def test_full_history_with_no_budget_contains_every_answer() -> None:
     dataset = load_dataset(TINY)
     report = evaluate_answers(dataset, tiny_settings(budget=None, sweep=()))
     full = report.metrics["full-history"]["all"]
-    assert full.containment == 1.0 and full.f1 == 1.0
-    assert full.answerable == 4 and full.questions == 5
+    assert full.containment == 1.0
+    assert full.f1 == 1.0
+    assert full.answerable == 4
+    assert full.questions == 5
     assert full.saving == 0.0
     every = history_context(list(dataset.conversations[0].messages()), None)
     assert {q.conditions["full-history"].tokens for q in report.questions} == {tokens([every])}
