@@ -196,6 +196,20 @@ def test_a_chat_model_reader_is_scored_on_its_answer() -> None:
     assert reader.read("Where?", "", "Dublin").contained is True
 
 
+def test_a_chat_model_reads_every_condition_and_abstains() -> None:
+    model = FakeListChatModel(responses=["unknown"] * 100)
+    cuts = (FreshnessCut("end"),)
+    report = evaluate_answers(load_dataset(TINY), tiny_settings(sweep=cuts), reader=model)
+    assert report.reader == "chat:FakeListChatModel"
+    for condition in CONDITIONS:
+        metrics = report.metrics[condition]
+        assert metrics["no-answer"].abstention == 1.0  # "unknown" to the one it cannot answer
+        assert metrics["all"].containment == 0.0  # and to every other one
+        assert metrics["all"].f1 == 0.0
+    # one call per question, condition and cut
+    assert model.i == 5 * (len(CONDITIONS) + len(cuts))
+
+
 def test_a_reader_names_and_bad_names() -> None:
     assert isinstance(reader_from(None), SpanReader)
     assert isinstance(reader_from("span"), SpanReader)

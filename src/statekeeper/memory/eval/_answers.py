@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from langgraph.store.base import BaseStore
+
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.eval._answer_report import (
@@ -39,7 +41,7 @@ from statekeeper.memory.eval._play import Played, play, said, tokens
 from statekeeper.memory.eval._readers import Reader, reader_from
 from statekeeper.memory.eval._settings import EvalSettings
 from statekeeper.memory.notes import aware
-from statekeeper.memory.recall import Freshness, recall
+from statekeeper.memory.recall import Freshness, Hit, recall
 from statekeeper.memory.retrieval import format_memories
 from statekeeper.memory.store import open_store
 
@@ -222,7 +224,7 @@ class _Contexts:
     question are built once."""
 
     def __init__(
-        self, conversation: Conversation, played: Played, store: Any, settings: AnswerSettings
+        self, conversation: Conversation, played: Played, store: BaseStore, settings: AnswerSettings
     ) -> None:
         self.store, self.played, self.settings = store, played, settings
         self.budget = settings.budget
@@ -237,7 +239,7 @@ class _Contexts:
         lines = summary.splitlines()
         self.summary = fit(lines, _titled(SUMMARY_PREFIX), self.budget, keep="last")
 
-    def recalled(self, query: str, freshness: FreshnessCut | Freshness) -> list[Any]:
+    def recalled(self, query: str, freshness: FreshnessCut | Freshness) -> list[Hit]:
         if isinstance(freshness, FreshnessCut):
             freshness = freshness.freshness(self.played.ended)
         limits = self.settings.pipeline.limits
@@ -245,11 +247,11 @@ class _Contexts:
             self.store, self.played.namespace, query, limits=limits, freshness=freshness, log=False
         )
 
-    def memories(self, hits: Sequence[Any]) -> str:
+    def memories(self, hits: Sequence[Hit]) -> str:
         lines = format_memories(hits).splitlines()
         return fit(lines, _titled(MEMORIES_PREFIX), self.budget, keep="first")
 
-    def of(self, condition: str, query: str, hits: Sequence[Any]) -> str:
+    def of(self, condition: str, query: str, hits: Sequence[Hit]) -> str:
         if condition == "full-history":
             return self.full
         if condition == "recent-window":
