@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AmbiguousReferenceError",
     "AnswerRequiredError",
     "ConfigurationError",
     "CorruptCheckpointError",
@@ -45,6 +46,22 @@ class ConfigurationError(StatekeeperError, ValueError):
 
 class InvalidIdError(StatekeeperError, ValueError):
     """A thread id, namespace, checkpoint id or task id cannot be stored as given."""
+
+
+class AmbiguousReferenceError(InvalidIdError):
+    """A checkpoint reference (an id prefix, ``@STEP``) names several checkpoints.
+    ``reference`` is the reference as given; ``candidates`` the ids it matches, newest
+    first."""
+
+    def __init__(
+        self, message: str, *, reference: str = "", candidates: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.reference = reference
+        self.candidates = candidates
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
 
 
 class SerializationError(StatekeeperError, ValueError):
