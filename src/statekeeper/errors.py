@@ -137,14 +137,21 @@ class ThreadNotFoundError(StatekeeperError, LookupError):
     """The thread (or the checkpoint named in it) has no checkpoints in this storage.
 
     ``thread_id`` and ``checkpoint_id`` name what is missing, when the raiser knows
-    (``checkpoint_id`` is ``None`` when the thread itself is missing)."""
+    (``checkpoint_id`` is ``None`` when the thread itself is missing); ``reason`` says
+    why a checkpoint reference named nothing (``"no checkpoint at step 9"``), if known."""
 
     def __init__(
-        self, message: str, *, thread_id: str | None = None, checkpoint_id: str | None = None
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
+        self.reason = reason
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self),), self.__dict__)
