@@ -172,7 +172,7 @@ def threads_or_all(args: argparse.Namespace) -> None:
         raise IncompleteCommand("name threads, or pass --all")
 
 
-REF_HELP = "checkpoint: an id, a unique prefix (4+), @STEP, head, REF~N"
+REF_HELP = "an id, a unique prefix of 4+ characters, @STEP, head, or REF~N for an ancestor"
 """The help of an argument that names a checkpoint (see ``statekeeper.refs``)."""
 
 

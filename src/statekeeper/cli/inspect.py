@@ -122,8 +122,13 @@ def cmd_history(args: argparse.Namespace) -> int:
 def add_show(commands: Commands) -> None:
     sub = commands.add("show", cmd_show, "show the state stored at a checkpoint")
     sub.add_argument("thread", help="thread id")
-    sub.add_argument("ref", nargs="?", metavar="REF", help=f"{REF_HELP} (default: the newest)")
-    sub.add_argument("--checkpoint", metavar="REF", help="the same as REF")
+    sub.add_argument(
+        "ref",
+        nargs="?",
+        metavar="CHECKPOINT",
+        help=f"the checkpoint (default: the newest): {REF_HELP}",
+    )
+    sub.add_argument("--checkpoint", metavar="CHECKPOINT", help="the same as CHECKPOINT")
     sub.add_argument("--ns", default="", help=_NS_HELP)
 
 
@@ -158,7 +163,10 @@ def add_diff(commands: Commands) -> None:
     sub = commands.add("diff", cmd_diff, "show what changed between two checkpoints")
     sub.add_argument("thread", help="thread id")
     sub.add_argument(
-        "from_", nargs="?", metavar="FROM", help=f"older checkpoint, a {REF_HELP} (default: TO~1)"
+        "from_",
+        nargs="?",
+        metavar="FROM",
+        help=f"older checkpoint (default: TO's parent): {REF_HELP}",
     )
     sub.add_argument("to", nargs="?", metavar="TO", help="newer checkpoint (default: the newest)")
     sub.add_argument("--ns", default="", help=_NS_HELP)

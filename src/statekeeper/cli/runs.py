@@ -77,8 +77,8 @@ def add_resume(commands: Commands) -> None:
     sub.add_argument(
         "--from",
         dest="from_ref",
-        metavar="REF",
-        help=f"fork at this {REF_HELP} first, then run from there",
+        metavar="CHECKPOINT",
+        help=f"fork at this checkpoint first, then run from there: {REF_HELP}",
     )
     sub.add_argument("--graph", metavar="REF", help="graph to use instead of the recorded one")
 
@@ -121,7 +121,9 @@ def _resume(runner: Any, args: argparse.Namespace, answer: Any) -> Any:
 def add_fork(commands: Commands) -> None:
     sub = commands.add("fork", cmd_fork, "branch a thread from an earlier checkpoint")
     sub.add_argument("thread", help="thread id")
-    sub.add_argument("checkpoint", metavar="REF", help=f"the {REF_HELP} to branch from")
+    sub.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help=f"the checkpoint to branch from: {REF_HELP}"
+    )
     sub.add_argument("--to", metavar="THREAD", help="new thread to fork into (default: same)")
     sub.add_argument(
         "--answer",
