@@ -116,7 +116,8 @@ def test_an_ambiguous_reference_is_one_line_listing_candidates(db: str, capsys: 
     assert "ambiguous" in err
     for short in SHORT:
         assert short in err
-    assert "(step 3)" in err and "(step -1)" in err
+    assert "(step 3)" in err
+    assert "(step -1)" in err
     code, _, err = sk(capsys, db, "--json", "diff", "t1", "1f1e")
     error = json.loads(err)["error"]
     assert (code, error["code"], error["type"]) == (2, "usage", "AmbiguousReferenceError")
@@ -155,8 +156,10 @@ def test_a_hostile_reference_is_refused_in_one_escaped_line(
         code, out, err = sk(capsys, db, *argv)
         assert (code, out) == (EXIT["usage"], ""), argv
         assert says in err
-        assert err.count("\n") == 1 and len(err) < 400
-        assert "\x1b" not in err and "\u202e" not in err
+        assert err.count("\n") == 1
+        assert len(err) < 400
+        assert "\x1b" not in err
+        assert "\u202e" not in err
     assert _count(db) == len(IDS)
 
 

@@ -200,7 +200,8 @@ def _at_step(
     if not matches:
         steps = [s for tup in listed if isinstance(s := tup.metadata.get("step"), int)]
         known = f"steps {min(steps)} to {max(steps)}" if steps else "no steps recorded"
-        raise _missing(saver, thread_id, ns, ref, f"no checkpoint at step {step}; the thread has {known}", listed)
+        why = f"no checkpoint at step {step}; the thread has {known}"
+        raise _missing(saver, thread_id, ns, ref, why, listed)
     on_branch = _branch(listed)
     chosen = [tup for tup in matches if tup.checkpoint["id"] in on_branch]
     if len(chosen) == 1:
