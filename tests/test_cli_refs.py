@@ -8,10 +8,13 @@ known; the forks run the real graph."""
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.cli import EXIT, main
@@ -234,3 +237,52 @@ def test_interrupt_values_print_as_json(db: str, capsys: Any) -> None:
     code, out, _ = sk(capsys, db, "resume", "t4")
     assert code == EXIT["interrupted"]
     assert 'waiting on  {"question": "Send this reply?"' in out
+
+
+# -- graphs of this module, run by reference ("tests.test_cli_refs:...") ------------------
+
+
+class Asked(TypedDict, total=False):
+    answers: Annotated[list[str], operator.add]
+
+
+def _asks(name: str) -> Any:
+    return lambda state: {"answers": [f"{name}={interrupt(name)}"]}
+
+
+def _graph(*, parallel: bool) -> Any:
+    builder = StateGraph(Asked)
+    builder.add_node("first", _asks("first"))
+    builder.add_node("second", _asks("second"))
+    builder.add_edge(START, "first")
+    builder.add_edge(START if parallel else "first", "second")
+    builder.add_edge("second", END)
+    return builder.compile()
+
+
+one_after_another = _graph(parallel=False)
+side_by_side = _graph(parallel=True)
+
+
+def _run(capsys: Any, db: str, graph: str, thread: str) -> None:
+    code, _, err = sk(capsys, db, "run", f"tests.test_cli_refs:{graph}", "--thread", thread)
+    assert code == EXIT["interrupted"], err
+
+
+def test_fork_answer_stops_at_the_next_interrupt_with_exit_10(db: str, capsys: Any) -> None:
+    _run(capsys, db, "one_after_another", "seq")
+    assert sk(capsys, db, "resume", "seq", "--answer", "a1")[0] == EXIT["interrupted"]
+    code, out, err = sk(capsys, db, "--json", "fork", "seq", "@0", "--answer", "a2", "--to", "seq2")
+    assert code == EXIT["interrupted"], err
+    result = json.loads(out)
+    assert result["values"]["answers"] == ["first=a2"]
+    assert [i["value"] for i in result["interrupts"]] == ["second"]
+
+
+def test_fork_answer_refuses_a_step_where_several_tasks_asked(db: str, capsys: Any) -> None:
+    _run(capsys, db, "side_by_side", "par")
+    before = _count(db, "par")
+    code, out, err = sk(capsys, db, "fork", "par", "head", "--answer", "x")
+    assert (code, out) == (EXIT["usage"], "")
+    assert "2 tasks asked an interrupt()" in err
+    assert _count(db, "par") == before
