@@ -124,6 +124,7 @@ def test_an_ambiguous_reference_is_one_line_listing_candidates(db: str, capsys: 
     code, _, err = sk(capsys, db, "--json", "diff", "t1", "1f1e")
     error = json.loads(err)["error"]
     assert (code, error["code"], error["type"]) == (2, "usage", "AmbiguousReferenceError")
+    assert error["candidates"] == IDS
 
 
 def test_a_reference_to_nothing_exits_3_with_the_reason(db: str, capsys: Any) -> None:

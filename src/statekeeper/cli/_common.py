@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from statekeeper import _console
 from statekeeper.errors import (
+    AmbiguousReferenceError,
     AnswerRequiredError,
     ConfigurationError,
     InvalidIdError,
@@ -278,7 +279,8 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
     """Report ``exc`` on stderr and return ``code``: ``statekeeper COMMAND: message``
     (each line escaped), or with ``--json`` one JSON object ``{"error": {"code",
     "message", "exit"}}`` (plus ``"type"``, the error's class in
-    :mod:`statekeeper.errors`, and ``"errors"`` for an invalid input)."""
+    :mod:`statekeeper.errors`, ``"errors"`` for an invalid input, ``"candidates"``, the
+    full ids, for an ambiguous checkpoint reference)."""
     message = describe(exc, args)
     if getattr(args, "json", False):
         error: dict[str, Any] = {"code": _name(code), "message": message, "exit": code}
@@ -286,6 +288,8 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
             error["type"] = type(exc).__name__
         if isinstance(exc, InvalidInputError):
             error["errors"] = [{"field": path, "message": text} for path, text in exc.errors]
+        if isinstance(exc, AmbiguousReferenceError):
+            error["candidates"] = list(exc.candidates)
         print(_console.dumps({"error": error}, indent=None), file=sys.stderr)
     else:
         shown = "\n".join(_console.escape(line) for line in message.splitlines())
