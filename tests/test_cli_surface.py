@@ -17,12 +17,12 @@ from statekeeper.cli import EXIT, build_parser
 # order, then its options sorted; -h/--help, --db and --json are everywhere (checked below)
 SURFACE = {
     "run": "graph --input --thread",
-    "resume": "thread --answer --graph",
+    "resume": "thread --answer --from --graph",
     "threads": "--limit",
     "history": "thread --limit --ns",
-    "show": "thread --checkpoint --ns",
+    "show": "thread CHECKPOINT --checkpoint --ns",
     "diff": "thread FROM TO --ns",
-    "fork": "thread checkpoint --to",
+    "fork": "thread CHECKPOINT --answer --to",
     "copy": "SRC_URL DST_URL --thread",
     "export": "--thread -o/--output",
     "import": "FILE",

@@ -14,6 +14,7 @@ from statekeeper import errors
 
 PINNED = {
     "statekeeper": [
+        "AmbiguousReferenceError",
         "AnswerRequiredError",
         "ConfigurationError",
         "CorruptCheckpointError",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AmbiguousReferenceError",
     "AnswerRequiredError",
     "ConfigurationError",
     "CorruptCheckpointError",
@@ -45,6 +46,22 @@ class ConfigurationError(StatekeeperError, ValueError):
 
 class InvalidIdError(StatekeeperError, ValueError):
     """A thread id, namespace, checkpoint id or task id cannot be stored as given."""
+
+
+class AmbiguousReferenceError(InvalidIdError):
+    """A checkpoint reference (an id prefix, ``@STEP``) names several checkpoints.
+    ``reference`` is the reference as given; ``candidates`` the ids it matches, newest
+    first."""
+
+    def __init__(
+        self, message: str, *, reference: str = "", candidates: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.reference = reference
+        self.candidates = candidates
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
 
 
 class SerializationError(StatekeeperError, ValueError):
@@ -120,14 +137,21 @@ class ThreadNotFoundError(StatekeeperError, LookupError):
     """The thread (or the checkpoint named in it) has no checkpoints in this storage.
 
     ``thread_id`` and ``checkpoint_id`` name what is missing, when the raiser knows
-    (``checkpoint_id`` is ``None`` when the thread itself is missing)."""
+    (``checkpoint_id`` is ``None`` when the thread itself is missing); ``reason`` says
+    why a checkpoint reference named nothing (``"no checkpoint at step 9"``), if known."""
 
     def __init__(
-        self, message: str, *, thread_id: str | None = None, checkpoint_id: str | None = None
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
+        self.reason = reason
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self),), self.__dict__)
