@@ -68,7 +68,6 @@ BACKENDS: tuple[Backend, ...] = (
 )
 
 
-
 @dataclass(frozen=True)
 class LangGraphSaver:
     """One of LangGraph's own savers, which ``copy``, ``export`` and ``import`` read and
@@ -85,7 +84,10 @@ class LangGraphSaver:
 # The transfers' schemes for LangGraph's savers (docs/migrating.md).
 LANGGRAPH_SAVERS: tuple[LangGraphSaver, ...] = (
     LangGraphSaver(
-        "sqlite", ("langgraph+sqlite",), "langgraph.checkpoint.sqlite", "langgraph-checkpoint-sqlite"
+        "sqlite",
+        ("langgraph+sqlite",),
+        "langgraph.checkpoint.sqlite",
+        "langgraph-checkpoint-sqlite",
     ),
     LangGraphSaver(
         "postgres",

@@ -28,6 +28,7 @@ from statekeeper.errors import (
     NoPendingInterruptError,
     NothingToResumeError,
     ReadOnlyError,
+    RefusedValuesError,
     StatekeeperError,
     StorageNotFoundError,
     ThreadBusyError,
@@ -75,6 +76,7 @@ _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (ReadOnlyError, EXIT["read_only"]),
     (ThreadBusyError, EXIT["busy"]),
     (ThreadExistsError, EXIT["refused"]),
+    (RefusedValuesError, EXIT["refused"]),
     (NothingToResumeError, EXIT["refused"]),
     (NoPendingInterruptError, EXIT["refused"]),
     (AnswerRequiredError, EXIT["interrupted"]),  # still waiting: same as a run that stopped

@@ -44,8 +44,8 @@ from statekeeper._storage.payload import check_id
 from statekeeper.checkpointers import Checkpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
-    RefusedValuesError,
     Refusal,
+    RefusedValuesError,
     ThreadExistsError,
     ThreadNotFoundError,
 )

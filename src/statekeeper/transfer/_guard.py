@@ -147,10 +147,10 @@ def refusals_in(
     its ``writes``; channel ``None``: the whole checkpoint."""
     if isinstance(tup.checkpoint, Refused):
         yield None, tup.checkpoint.reason
-        return
-    for channel, value in tup.checkpoint.get("channel_values", {}).items():
-        if isinstance(value, Refused):
-            yield f"channel {channel!r}", value.reason
+    else:
+        for channel, value in tup.checkpoint.get("channel_values", {}).items():
+            if isinstance(value, Refused):
+                yield f"channel {channel!r}", value.reason
     for write in writes:
         if isinstance(write.value, Refused):
             yield f"write to {write.channel!r} by task {write.task_id!r}", write.value.reason

@@ -130,7 +130,9 @@ def plan_thread(source: BaseCheckpointSaver[Any], thread_id: str) -> list[Ref]:
                 tup.config["configurable"].get("checkpoint_ns", ""),
                 tup.config["configurable"]["checkpoint_id"],
                 tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None,
-                {} if isinstance(tup.checkpoint, Refused) else dict(tup.checkpoint["channel_versions"]),
+                {}
+                if isinstance(tup.checkpoint, Refused)
+                else dict(tup.checkpoint["channel_versions"]),
             )
             for tup in source.list({"configurable": {"thread_id": thread_id}})
         ),

@@ -43,10 +43,12 @@ def open_langgraph_saver(
         missing = (exc.name or "").split(".")[0]
         if exc.name is None or not (exc.name.startswith("langgraph") or missing == "psycopg"):
             raise
-        package = "'psycopg[binary]'" if missing == "psycopg" else saver.package
+        package, install = saver.package, saver.package
+        if missing == "psycopg":
+            package, install = "psycopg", "'psycopg[binary]'"
         raise ConfigurationError(
-            f"{saver.schemes[0]}:// URLs need LangGraph's {saver.name} saver: "
-            f"pip install {package}"
+            f"{', '.join(s + '://' for s in saver.schemes)} URLs need the {package} "
+            f"package: pip install {install}"
         ) from exc
     opened: AbstractContextManager[BaseCheckpointSaver[Any]] = module.open_saver(
         url, read_only=read_only

@@ -54,14 +54,18 @@ class _Saver(PostgresSaver):
         rows.sort(key=lambda r: writes_sort_key(r["task_path"], r["task_id"], r["idx"]))
         return [
             TaskWrite(
-                r["task_id"], r["task_path"], r["channel"], self.serde.loads_typed((r["type"], r["blob"]))
+                r["task_id"],
+                r["task_path"],
+                r["channel"],
+                self.serde.loads_typed((r["type"], r["blob"])),
             )
             for r in rows
         ]
 
 
 def open_saver(url: StorageURL, *, read_only: bool) -> contextlib.AbstractContextManager[Any]:
-    return _opened(url, read_only=read_only)
+    info, schema = conninfo(url, read_only=read_only)  # a bad URL fails here, not on entry
+    return _opened(url, info, schema, read_only=read_only)
 
 
 def conninfo(url: StorageURL, *, read_only: bool) -> tuple[str, str | None]:
@@ -88,8 +92,7 @@ def conninfo(url: StorageURL, *, read_only: bool) -> tuple[str, str | None]:
 
 
 @contextlib.contextmanager
-def _opened(url: StorageURL, *, read_only: bool) -> Iterator[_Saver]:
-    info, schema = conninfo(url, read_only=read_only)
+def _opened(url: StorageURL, info: str, schema: str | None, *, read_only: bool) -> Iterator[_Saver]:
     try:
         conn = psycopg.Connection.connect(
             info, autocommit=True, prepare_threshold=0, row_factory=dict_row
@@ -102,7 +105,9 @@ def _opened(url: StorageURL, *, read_only: bool) -> Iterator[_Saver]:
             _check_tables(saver, url)
         else:
             if schema is not None:
-                conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+                conn.execute(
+                    sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema))
+                )
             saver.setup()
         yield saver
     except psycopg.Error as exc:

@@ -64,10 +64,10 @@ def _opened(path: str, url: StorageURL, *, read_only: bool) -> Iterator[_Saver]:
     try:
         if read_only:
             if not Path(path).is_file():
-                raise StorageNotFoundError(f"no database at {redact(url.raw)} (nothing was created)")
-            conn = sqlite3.connect(
-                f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False
-            )
+                raise StorageNotFoundError(
+                    f"no database at {redact(url.raw)} (nothing was created)"
+                )
+            conn = sqlite3.connect(f"file:{quote(path)}?mode=ro", uri=True, check_same_thread=False)
         else:
             conn = sqlite3.connect(path, check_same_thread=False)
     except sqlite3.Error as exc:
@@ -110,5 +110,7 @@ def _path(url: StorageURL) -> str:
         )
     path = url.path[1:] if url.path.startswith("/") else url.path
     if not path:
-        raise ConfigurationError(f"{url.raw!r} names no file; write {url.scheme}:///path/to/file.db")
+        raise ConfigurationError(
+            f"{url.raw!r} names no file; write {url.scheme}:///path/to/file.db"
+        )
     return path
