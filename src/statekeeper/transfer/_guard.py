@@ -145,10 +145,11 @@ def refusals_in(
 ) -> Iterator[tuple[str | None, str]]:
     """``(channel, reason)`` for each :class:`Refused` in the checkpoint ``tup`` read and
     its ``writes``; channel ``None``: the whole checkpoint."""
-    if isinstance(tup.checkpoint, Refused):
-        yield None, tup.checkpoint.reason
+    checkpoint: Any = tup.checkpoint  # typed a Checkpoint; here it may be a Refused
+    if isinstance(checkpoint, Refused):
+        yield None, checkpoint.reason
     else:
-        for channel, value in tup.checkpoint.get("channel_values", {}).items():
+        for channel, value in checkpoint.get("channel_values", {}).items():
             if isinstance(value, Refused):
                 yield f"channel {channel!r}", value.reason
     for write in writes:

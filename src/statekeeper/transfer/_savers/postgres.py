@@ -100,7 +100,7 @@ def _opened(url: StorageURL, info: str, schema: str | None, *, read_only: bool) 
     except psycopg.Error as exc:
         raise StorageError(f"cannot connect to {redact(url.raw)}: {exc}".strip()) from exc
     try:
-        saver = _Saver(conn, serde=GuardedSerde())  # type: ignore[arg-type]
+        saver = _Saver(conn, serde=GuardedSerde())
         if read_only:
             _check_tables(saver, url)
         else:
