@@ -34,6 +34,7 @@ import ormsgpack
 import psycopg
 import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from psycopg.conninfo import make_conninfo
 
@@ -441,6 +442,9 @@ def test_hostile_payloads_are_refused_and_reported_and_nothing_is_written(
     hostile_db: tuple[str, Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     url, canary, where = hostile_db
+    live = canary.with_name("live")  # the payloads are live: LangGraph's own reader runs them
+    JsonPlusSerializer(pickle_fallback=True).loads_typed(("pickle", pickle.dumps(_Reduce(live))))
+    assert live.exists()
     with open_saver(url, read_only=True) as source, open_saver("memory://") as target:
         with pytest.raises(RefusedValuesError) as refused:
             copy_threads(source, target)
@@ -476,11 +480,23 @@ def test_skip_refused_moves_the_clean_threads(
     assert "thread 'bad'" in err
     with open_saver(target) as saver:
         assert list_threads(saver) == []
+    assert main(["--json", "copy", url, target]) == EXIT["refused"]
+    error = json.loads(capsys.readouterr().err)["error"]
+    assert (error["code"], error["type"]) == ("refused", "RefusedValuesError")
+    assert len(error["refusals"]) == 4
+    assert error["refusals"][0].keys() == {
+        "thread_id",
+        "checkpoint_ns",
+        "checkpoint_id",
+        "channel",
+        "reason",
+    }
 
     assert main(["copy", url, target, "--skip-refused"]) == EXIT["refused"]
     out, err = capsys.readouterr()
     assert "copied 1 thread" in out
     assert "left out 1 thread holding refused values" in err
+    assert err.count("thread 'bad'") == 4
     dump = tmp_path / "dump.jsonl"
     assert main(["export", "--db", url, "--skip-refused", "-o", str(dump)]) == EXIT["refused"]
     with open_saver(target) as saver, open_saver(url, read_only=True) as source:

@@ -256,7 +256,8 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
     """Report ``exc`` on stderr and return ``code``: ``statekeeper COMMAND: message``
     (each line escaped), or with ``--json`` one JSON object ``{"error": {"code",
     "message", "exit"}}`` (plus ``"type"``, the error's class in
-    :mod:`statekeeper.errors`, and ``"errors"`` for an invalid input)."""
+    :mod:`statekeeper.errors`, ``"errors"`` for an invalid input and ``"refusals"`` for
+    refused values)."""
     message = describe(exc, args)
     if getattr(args, "json", False):
         error: dict[str, Any] = {"code": _name(code), "message": message, "exit": code}
@@ -264,6 +265,8 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
             error["type"] = type(exc).__name__
         if isinstance(exc, InvalidInputError):
             error["errors"] = [{"field": path, "message": text} for path, text in exc.errors]
+        if isinstance(exc, RefusedValuesError):
+            error["refusals"] = _console.jsonable(list(exc.refusals))
         print(_console.dumps({"error": error}, indent=None), file=sys.stderr)
     else:
         shown = "\n".join(_console.escape(line) for line in message.splitlines())
