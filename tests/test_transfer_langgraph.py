@@ -221,6 +221,7 @@ def test_langgraph_threads_go_to_every_backend_and_back_exactly(
         statekeeper_target(backend, tmp_path) as ours,
         open_saver(back.url) as returned,
     ):
+        assert source.thread_ids() == list_threads(native)  # listed without decoding
         stats = copy_threads(source, ours)
         assert stats.threads == 3
         assert stats.checkpoints == len(list(native.list(None)))

@@ -223,7 +223,8 @@ def _source_threads(
 ) -> list[str]:
     """The threads to move, each once; every one of them must have checkpoints."""
     if thread_ids is None:
-        return list_threads(source)
+        listed = getattr(source, "thread_ids", None)  # LangGraph's savers opened by URL
+        return list(listed()) if callable(listed) else list_threads(source)
     if isinstance(thread_ids, str):
         raise ConfigurationError(
             f"thread_ids must be a list of thread ids, not one string; write [{thread_ids!r}]"

@@ -31,6 +31,10 @@ from statekeeper.urls import StorageURL, redact
 __all__ = ["open_saver"]
 
 _SCHEMA = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
+_THREADS = (  # ids compared by code point, as Python compares them
+    "SELECT thread_id FROM checkpoints GROUP BY thread_id "
+    'ORDER BY max(checkpoint_id COLLATE "C") DESC'
+)
 _WRITES = (
     "SELECT task_id, task_path, idx, channel, type, blob FROM checkpoint_writes "
     "WHERE thread_id = %s AND checkpoint_ns = %s AND checkpoint_id = %s"
@@ -38,7 +42,14 @@ _WRITES = (
 
 
 class _Saver(PostgresSaver):
-    """``PostgresSaver`` that also reads pending writes with their task paths."""
+    """``PostgresSaver`` that also lists its threads and reads pending writes with their
+    task paths."""
+
+    def thread_ids(self) -> list[str]:
+        """Every thread, the most recently written first (as ``threads.list_threads``
+        orders them), from the ids alone: nothing is decoded."""
+        with self._cursor() as cur:
+            return [row["thread_id"] for row in cur.execute(_THREADS).fetchall()]
 
     def get_writes(self, config: RunnableConfig) -> list[TaskWrite]:
         """The writes of the checkpoint ``config`` names, in ``writes_sort_key`` order

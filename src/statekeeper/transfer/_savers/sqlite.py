@@ -26,6 +26,7 @@ from statekeeper.urls import StorageURL, redact
 
 __all__ = ["open_saver"]
 
+_THREADS = "SELECT thread_id FROM checkpoints GROUP BY thread_id ORDER BY max(checkpoint_id) DESC"
 _WRITES = (
     "SELECT task_id, {task_path}, idx, channel, type, value FROM writes "
     "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?"
@@ -33,7 +34,16 @@ _WRITES = (
 
 
 class _Saver(SqliteSaver):
-    """``SqliteSaver`` that also reads pending writes with their task paths."""
+    """``SqliteSaver`` that also lists its threads and reads pending writes with their
+    task paths."""
+
+    def thread_ids(self) -> list[str]:
+        """Every thread, the most recently written first (as ``threads.list_threads``
+        orders them), from the ids alone: nothing is decoded."""
+        self.setup()
+        with self.cursor(transaction=False) as cur:
+            rows = cur.execute(_THREADS).fetchall()
+        return [row[0] for row in rows]
 
     def get_writes(self, config: RunnableConfig) -> list[TaskWrite]:
         """The writes of the checkpoint ``config`` names, in ``writes_sort_key`` order
