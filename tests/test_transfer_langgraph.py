@@ -327,6 +327,13 @@ def test_bad_urls_are_refused_in_one_line(url: str, message: str) -> None:
     assert "\n" not in str(refused.value)
 
 
+def test_other_commands_say_where_langgraph_urls_are_opened(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["threads", "--db", "langgraph+sqlite:///old.db"]) == EXIT["usage"]
+    assert "only copy, export and import open" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("url", "module", "package"),
     [

@@ -165,6 +165,12 @@ def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
         raise ConfigurationError(f"malformed storage URL {redact(url)!r}: {exc}") from exc
     scheme = parts.scheme.lower()
     if scheme not in known_schemes:
+        if any(scheme in saver.schemes for saver in LANGGRAPH_SAVERS):
+            raise ConfigurationError(
+                f"{scheme}:// URLs name LangGraph's own savers, which only copy, export and "
+                "import open (statekeeper.transfer.open_saver); copy the threads into one "
+                f"of: {known}"
+            )
         raise ConfigurationError(
             f"unknown storage scheme {scheme + '://'!r} in {redact(url)!r}; known schemes: {known}"
         )
