@@ -177,7 +177,8 @@ def export_threads(
         if skip_refused and not reader.check(thread_id):
             continue
         for record in reader.thread(thread_id):
-            writer.record(record)
+            if not reader.failing:  # else only read on, to report every refusal
+                writer.record(record)
     reader.finish()
     writer.trailer()
     return reader.stats()
