@@ -23,6 +23,8 @@ __all__ = [
     "NoPendingInterruptError",
     "NothingToResumeError",
     "ReadOnlyError",
+    "Refusal",
+    "RefusedValuesError",
     "SchemaVersionError",
     "SerializationError",
     "StateValidationError",
@@ -66,6 +68,40 @@ class AmbiguousReferenceError(InvalidIdError):
 
 class SerializationError(StatekeeperError, ValueError):
     """A value cannot be stored without being altered, or stored bytes cannot be decoded."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A stored value a transfer refused to read, and where it is: what
+    :class:`RefusedValuesError` and ``TransferStats.refusals`` list. ``channel`` names the
+    channel (``"write to CHANNEL by task ID"`` for a pending write), or is ``None`` when
+    the whole checkpoint was refused."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    channel: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"thread {self.thread_id!r}, checkpoint {self.checkpoint_id!r}"
+        if self.checkpoint_ns:
+            where += f" (namespace {self.checkpoint_ns!r})"
+        what = "the checkpoint" if self.channel is None else self.channel
+        return f"{where}, {what}: {self.reason}"
+
+
+class RefusedValuesError(SerializationError):
+    """A transfer met stored values it will not read (a pickle payload, an object of a
+    type not allowed to be rebuilt...): nothing was written. ``refusals`` lists every one
+    met, each with its thread, checkpoint and channel (:class:`Refusal`)."""
+
+    def __init__(self, message: str, refusals: tuple[Refusal, ...]) -> None:
+        super().__init__(message)
+        self.refusals = refusals
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.refusals))
 
 
 class StorageError(StatekeeperError):

@@ -29,6 +29,7 @@ from statekeeper.errors import (
     NoPendingInterruptError,
     NothingToResumeError,
     ReadOnlyError,
+    RefusedValuesError,
     StatekeeperError,
     StorageNotFoundError,
     ThreadBusyError,
@@ -76,6 +77,7 @@ _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (ReadOnlyError, EXIT["read_only"]),
     (ThreadBusyError, EXIT["busy"]),
     (ThreadExistsError, EXIT["refused"]),
+    (RefusedValuesError, EXIT["refused"]),
     (NothingToResumeError, EXIT["refused"]),
     (NoPendingInterruptError, EXIT["refused"]),
     (AnswerRequiredError, EXIT["interrupted"]),  # still waiting: same as a run that stopped
@@ -280,7 +282,7 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
     (each line escaped), or with ``--json`` one JSON object ``{"error": {"code",
     "message", "exit"}}`` (plus ``"type"``, the error's class in
     :mod:`statekeeper.errors`, ``"errors"`` for an invalid input, ``"candidates"``, the
-    full ids, for an ambiguous checkpoint reference)."""
+    full ids, for an ambiguous checkpoint reference, ``"refusals"`` for refused values)."""
     message = describe(exc, args)
     if getattr(args, "json", False):
         error: dict[str, Any] = {"code": _name(code), "message": message, "exit": code}
@@ -290,6 +292,8 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
             error["errors"] = [{"field": path, "message": text} for path, text in exc.errors]
         if isinstance(exc, AmbiguousReferenceError):
             error["candidates"] = list(exc.candidates)
+        if isinstance(exc, RefusedValuesError):
+            error["refusals"] = _console.jsonable(list(exc.refusals))
         print(_console.dumps({"error": error}, indent=None), file=sys.stderr)
     else:
         shown = "\n".join(_console.escape(line) for line in message.splitlines())

@@ -2,7 +2,11 @@
 with its arguments next to its handler.
 
 They report progress on stderr (a bar, only on a terminal) and how many threads,
-checkpoints and writes they moved.
+checkpoints and writes they moved. Their URLs may also name LangGraph's own savers
+(``langgraph+sqlite:///old.db``, ``langgraph+postgres://...``: docs/migrating.md). A
+value the source's serde refuses stops ``copy`` and ``export`` with every refusal listed
+(exit 5, nothing moved); with ``--skip-refused`` the other threads are moved, the refused
+ones listed, and the exit is 5 still.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ from statekeeper import _console
 from statekeeper.cli._common import EXIT, CommandError, Commands, emit, open_saver, plural
 from statekeeper.urls import redact
 
+_SKIP_HELP = (
+    "move the threads that hold no refused value and list the others (exit 5); "
+    "default: a refused value stops the command and nothing is moved"
+)
+
 __all__ = ["add_copy", "add_export", "add_import"]
 
 
@@ -31,6 +40,7 @@ def add_copy(commands: Commands) -> None:
         metavar="ID",
         help="copy this thread (repeatable; default: all)",
     )
+    sub.add_argument("--skip-refused", action="store_true", help=_SKIP_HELP)
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
@@ -39,9 +49,15 @@ def cmd_copy(args: argparse.Namespace) -> int:
     from statekeeper.transfer import copy_threads
 
     bar, report = _progress("copy")
-    with open_saver(args.source, read_only=True) as source, open_saver(args.target) as target:
+    with _open(args.source, read_only=True) as source, _open(args.target) as target:
         try:
-            stats = copy_threads(source, target, args.thread or None, progress=report)
+            stats = copy_threads(
+                source,
+                target,
+                args.thread or None,
+                progress=report,
+                skip_refused=args.skip_refused,
+            )
         finally:
             bar.done()
     emit(
@@ -49,7 +65,7 @@ def cmd_copy(args: argparse.Namespace) -> int:
         stats,
         lambda: f"copied {_counts(stats)} from {redact(args.source)} to {redact(args.target)}",
     )
-    return EXIT["ok"]
+    return _refused(stats)
 
 
 def add_export(commands: Commands) -> None:
@@ -63,6 +79,7 @@ def add_export(commands: Commands) -> None:
     sub.add_argument(
         "-o", "--output", default="-", metavar="FILE", help="dump file (default: stdout)"
     )
+    sub.add_argument("--skip-refused", action="store_true", help=_SKIP_HELP)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -71,14 +88,16 @@ def cmd_export(args: argparse.Namespace) -> int:
     from statekeeper.transfer import export_threads
 
     bar, report = _progress("export")
-    with open_saver(args.db, read_only=True) as saver, _output(args.output) as out:
+    with _open(args.db, read_only=True) as saver, _output(args.output) as out:
         try:
-            stats = export_threads(saver, out, args.thread or None, progress=report)
+            stats = export_threads(
+                saver, out, args.thread or None, progress=report, skip_refused=args.skip_refused
+            )
         finally:
             bar.done()
     message = f"exported {_counts(stats)}"
     print(_console.dumps(stats) if args.json else message, file=sys.stderr)
-    return EXIT["ok"]
+    return _refused(stats)
 
 
 def add_import(commands: Commands) -> None:
@@ -92,7 +111,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from statekeeper.transfer import import_threads
 
     bar, report = _progress("import")
-    with open_saver(args.db) as saver, _input(args.file) as src:
+    with _open(args.db) as saver, _input(args.file) as src:
         try:
             stats = import_threads(saver, src, progress=report)
         finally:
@@ -106,6 +125,33 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 # -- shared by the transfers --------------------------------------------------------------
+
+
+def _open(url: str, *, read_only: bool = False) -> Any:
+    """The saver at ``url``: a statekeeper backend as ``--db`` opens it, or one of
+    LangGraph's savers (``statekeeper.transfer.open_saver``)."""
+    from statekeeper.checkpointers import known_schemes
+    from statekeeper.transfer import open_saver as open_any
+    from statekeeper.transfer import transfer_schemes
+    from statekeeper.urls import parse_url
+
+    if parse_url(url, transfer_schemes()).scheme in known_schemes():
+        return open_saver(url, read_only=read_only)
+    return open_any(url, read_only=read_only)
+
+
+def _refused(stats: Any) -> int:
+    """List the refusals of a transfer that skipped them on stderr: exit 5 if any."""
+    if not stats.refusals:
+        return EXIT["ok"]
+    threads = len({refusal.thread_id for refusal in stats.refusals})
+    print(
+        f"left out {plural(threads, 'thread')} holding refused values:",
+        *(f"  {_console.escape(str(refusal))}" for refusal in stats.refusals),
+        sep="\n",
+        file=sys.stderr,
+    )
+    return EXIT["refused"]
 
 
 def _progress(label: str) -> tuple[_console.Progress, Callable[[int, int, int], None]]:
