@@ -129,11 +129,11 @@ def test_unknown_thread_and_checkpoint_exit_3(db: str, capsys: Any) -> None:
     for argv, hint in (
         (["show", "nope"], "statekeeper threads --db"),
         (["history", "nope"], "statekeeper threads --db"),
-        (["show", "t1", "--checkpoint", "x"], "statekeeper history t1 --db"),
+        (["show", "t1", "--checkpoint", "xxxx"], "statekeeper history t1 --db"),
     ):
         code, _, err = run(capsys, *argv, "--db", db)
         assert code == EXIT["not_found"], argv
-        assert "nope" in err or "'x'" in err
+        assert "nope" in err or "'xxxx'" in err
         assert f"`{hint} {db}`" in err  # the command that lists what is there, as typed
 
 

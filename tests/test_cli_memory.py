@@ -195,6 +195,54 @@ def test_eval_on_the_tiny_dataset(capsys: Any) -> None:
     assert set(report["metrics"]) == {"pipeline", "baseline"}
 
 
+def test_eval_answers_on_the_tiny_dataset(tmp_path: Path, capsys: Any) -> None:
+    chart = tmp_path / "answers.svg"
+    code, out, err = cli(
+        capsys,
+        "memory",
+        "eval",
+        str(DATA / "tiny.json"),
+        "--answers",
+        "--reader-budget",
+        "none",
+        "--chart",
+        str(chart),
+        "--json",
+    )
+    assert code == EXIT["ok"], err
+    report = json.loads(out)
+    assert report["reader"] == "span"
+    assert report["settings"]["reader_budget"] is None
+    assert report["metrics"]["full-history"]["all"]["containment"] == 1.0
+    assert report["sweep"]  # on by default
+    assert chart.read_text(encoding="utf-8").startswith("<svg")
+    code, out, err = cli(
+        capsys, "memory", "eval", str(DATA / "tiny.json"), "--answers", "--no-sweep"
+    )
+    assert code == EXIT["ok"], err
+    assert "CONTAIN" in out
+    assert "freshness sweep" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--chart", "{tmp}/x.svg"], "--chart goes with --answers"),
+        (["--answers", "--reader-budget", "0"], "--reader-budget takes a number"),
+        (["--answers", "--reader", "gpt"], "provider:model"),
+    ],
+)
+def test_eval_answers_refuses_bad_options(
+    argv: list[str], message: str, tmp_path: Path, capsys: Any
+) -> None:
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    code, _out, err = cli(capsys, "memory", "eval", str(DATA / "tiny.json"), *argv)
+    assert code == EXIT["usage"]
+    assert message in err
+    assert "Traceback" not in err
+    assert not (tmp_path / "x.svg").exists()
+
+
 def test_a_store_can_be_named_apart_from_the_checkpoints(tmp_path: Path, capsys: Any) -> None:
     store_url = f"file://{tmp_path}/notes"
     with open_store(store_url) as store:

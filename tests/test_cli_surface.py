@@ -17,14 +17,14 @@ from statekeeper.cli import EXIT, build_parser
 # order, then its options sorted; the global options are everywhere (checked below)
 SURFACE = {
     "run": "graph --input --thread",
-    "resume": "thread --answer --graph",
+    "resume": "thread --answer --from --graph",
     "threads": "--limit",
     "history": "thread --limit --ns",
-    "show": "thread --checkpoint --ns",
+    "show": "thread CHECKPOINT --checkpoint --ns",
     "diff": "thread FROM TO --ns",
-    "fork": "thread checkpoint --to",
-    "copy": "SRC_URL DST_URL --thread",
-    "export": "--thread -o/--output",
+    "fork": "thread CHECKPOINT --answer --to",
+    "copy": "SRC_URL DST_URL --skip-refused --thread",
+    "export": "--skip-refused --thread -o/--output",
     "import": "FILE",
     "prune": "THREAD --all --dry-run --strategy -y/--yes",
     "verify": "--quarantine --repair",
@@ -36,7 +36,10 @@ SURFACE = {
     "memory show": "key --namespace --store --thread",
     "memory stats": "--since --store --thread --until --window",
     "memory export": "--namespace --store --thread -o/--output",
-    "memory eval": "DATASET.json --budget --k --min-score --store",
+    "memory eval": (
+        "DATASET.json --answers --budget --chart --k --min-score --no-sweep --reader "
+        "--reader-budget --store"
+    ),
     "graph": "REF --format --xray -o/--output",
     "demo": "--graph --redis --workdir",
     "ui": "--graph --host --no-browser --port --store --write",

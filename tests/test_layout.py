@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from statekeeper.urls import BACKENDS
+from statekeeper.urls import BACKENDS, LANGGRAPH_SAVERS
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MODULES = sorted(SRC.rglob("*.py"))
 MAX_LINES = 500
 MAX_MODULES_PER_FOLDER = 12
+SAVERS_PACKAGE = "statekeeper.transfer._savers"  # LangGraph's savers opened by the transfers
 
 
 def _dotted(path: Path) -> str:
@@ -86,7 +87,43 @@ def test_private_modules_stay_inside_their_package(path: Path) -> None:
 
 @pytest.mark.parametrize("backend", [b for b in BACKENDS if b.driver], ids=lambda b: b.name)
 def test_a_driver_is_imported_only_inside_its_backend(backend: Any) -> None:
+    """...or by the transfers' opener of the LangGraph saver that needs the same driver
+    (``psycopg`` for ``PostgresSaver``): it opens LangGraph's saver, not the backend."""
     importers = sorted(_dotted(path) for path in MODULES if _imported(path, root=backend.driver))
     assert importers, f"no module imports {backend.driver}: is the registry right?"
-    outside = [m for m in importers if not (m + ".").startswith(backend.package + ".")]
+    outside = [
+        m
+        for m in importers
+        if not (m + ".").startswith(backend.package + ".")
+        and m != f"{SAVERS_PACKAGE}.{backend.name}"
+    ]
     assert outside == []
+
+
+@pytest.mark.parametrize("saver", LANGGRAPH_SAVERS, ids=lambda s: s.name)
+def test_langgraph_savers_are_imported_only_by_the_transfers_openers(saver: Any) -> None:
+    """LangGraph's optional saver packages (and psycopg, which one of them needs) are
+    imported by one module each inside ``statekeeper.transfer._savers`` (import-linter
+    cannot name an external package's subpackage, so this test keeps the rule)."""
+    importers = sorted(
+        _dotted(path)
+        for path in MODULES
+        if any(
+            m == saver.module or m.startswith(saver.module + ".")
+            for m in _imported(path, "langgraph")
+        )
+    )
+    assert importers == [f"{SAVERS_PACKAGE}.{saver.name}"]
+
+
+def test_importing_the_transfers_imports_no_langgraph_saver() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, statekeeper.transfer, statekeeper.cli\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('langgraph.checkpoint.sqlite',"
+        " 'langgraph.checkpoint.postgres', 'psycopg', 'statekeeper.transfer._savers'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

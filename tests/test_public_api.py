@@ -14,6 +14,7 @@ from statekeeper import errors
 
 PINNED = {
     "statekeeper": [
+        "AmbiguousReferenceError",
         "AnswerRequiredError",
         "ConfigurationError",
         "CorruptCheckpointError",
@@ -24,6 +25,8 @@ PINNED = {
         "NoPendingInterruptError",
         "NothingToResumeError",
         "ReadOnlyError",
+        "RefusedValuesError",
+        "Refusal",
         "SchemaVersionError",
         "SerializationError",
         "StateValidationError",
@@ -76,8 +79,9 @@ def test_every_error_type_is_listed_once_and_exported_at_the_top() -> None:
         for name, value in vars(errors).items()
         if isinstance(value, type) and issubclass(value, errors.StatekeeperError)
     }
-    # the error types, and Damage: what a CorruptCheckpointError and verify() report
-    assert set(errors.__all__) == defined | {"Damage"}
+    # the error types, Damage (what a CorruptCheckpointError and verify() report) and
+    # Refusal (what a RefusedValuesError and a transfer report)
+    assert set(errors.__all__) == defined | {"Damage", "Refusal"}
     assert set(errors.__all__) <= set(statekeeper.__all__)
     for name in errors.__all__:
         assert getattr(statekeeper, name) is getattr(errors, name)

@@ -326,7 +326,7 @@ def job(p: Persona) -> Fact:
                         f"How does {p.name} commute to {company}?",
                     ]
                 ),
-                "by bike, about twenty minutes",
+                "twenty minutes",
                 ["offer.1"],
             ),
             (
@@ -673,7 +673,7 @@ def food(p: Persona) -> Fact:
             (
                 "knowledge-update",
                 p.pick([f"Does {p.name} still eat meat?", f"Is {p.name} eating meat these days?"]),
-                "no, vegetarian now",
+                "no meat",
                 ["veggie"],
             ),
         ],

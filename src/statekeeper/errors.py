@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AmbiguousReferenceError",
     "AnswerRequiredError",
     "ConfigurationError",
     "CorruptCheckpointError",
@@ -22,6 +23,8 @@ __all__ = [
     "NoPendingInterruptError",
     "NothingToResumeError",
     "ReadOnlyError",
+    "Refusal",
+    "RefusedValuesError",
     "SchemaVersionError",
     "SerializationError",
     "StateValidationError",
@@ -47,8 +50,58 @@ class InvalidIdError(StatekeeperError, ValueError):
     """A thread id, namespace, checkpoint id or task id cannot be stored as given."""
 
 
+class AmbiguousReferenceError(InvalidIdError):
+    """A checkpoint reference (an id prefix, ``@STEP``) names several checkpoints.
+    ``reference`` is the reference as given; ``candidates`` the ids it matches, newest
+    first."""
+
+    def __init__(
+        self, message: str, *, reference: str = "", candidates: tuple[str, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.reference = reference
+        self.candidates = candidates
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self),), self.__dict__)
+
+
 class SerializationError(StatekeeperError, ValueError):
     """A value cannot be stored without being altered, or stored bytes cannot be decoded."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A stored value a transfer refused to read, and where it is: what
+    :class:`RefusedValuesError` and ``TransferStats.refusals`` list. ``channel`` names the
+    channel (``"write to CHANNEL by task ID"`` for a pending write), or is ``None`` when
+    the whole checkpoint was refused."""
+
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    channel: str | None
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"thread {self.thread_id!r}, checkpoint {self.checkpoint_id!r}"
+        if self.checkpoint_ns:
+            where += f" (namespace {self.checkpoint_ns!r})"
+        what = "the checkpoint" if self.channel is None else self.channel
+        return f"{where}, {what}: {self.reason}"
+
+
+class RefusedValuesError(SerializationError):
+    """A transfer met stored values it will not read (a pickle payload, an object of a
+    type not allowed to be rebuilt...): nothing was written. ``refusals`` lists every one
+    met, each with its thread, checkpoint and channel (:class:`Refusal`)."""
+
+    def __init__(self, message: str, refusals: tuple[Refusal, ...]) -> None:
+        super().__init__(message)
+        self.refusals = refusals
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.refusals))
 
 
 class StorageError(StatekeeperError):
@@ -120,14 +173,21 @@ class ThreadNotFoundError(StatekeeperError, LookupError):
     """The thread (or the checkpoint named in it) has no checkpoints in this storage.
 
     ``thread_id`` and ``checkpoint_id`` name what is missing, when the raiser knows
-    (``checkpoint_id`` is ``None`` when the thread itself is missing)."""
+    (``checkpoint_id`` is ``None`` when the thread itself is missing); ``reason`` says
+    why a checkpoint reference named nothing (``"no checkpoint at step 9"``), if known."""
 
     def __init__(
-        self, message: str, *, thread_id: str | None = None, checkpoint_id: str | None = None
+        self,
+        message: str,
+        *,
+        thread_id: str | None = None,
+        checkpoint_id: str | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.thread_id = thread_id
         self.checkpoint_id = checkpoint_id
+        self.reason = reason
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self),), self.__dict__)

@@ -106,9 +106,12 @@ def list_threads(saver: BaseCheckpointSaver[Any]) -> list[str]:
     not all list newest first). Reads every checkpoint once, holding only thread ids."""
     newest: dict[str, str] = {}
     for tup in saver.list(None):
+        # the id from the config: a transfer's reader may stand a marker in for a
+        # checkpoint it refused to read (statekeeper.transfer._guard)
         thread_id = tup.config["configurable"]["thread_id"]
-        if thread_id not in newest or tup.checkpoint["id"] > newest[thread_id]:
-            newest[thread_id] = tup.checkpoint["id"]
+        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
+        if thread_id not in newest or checkpoint_id > newest[thread_id]:
+            newest[thread_id] = checkpoint_id
     return sorted(newest, key=newest.__getitem__, reverse=True)
 
 

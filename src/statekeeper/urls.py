@@ -4,6 +4,8 @@
 :func:`statekeeper.checkpointers.open_checkpointer` and
 :func:`statekeeper.memory.store.open_store` read it, and a backend's package is imported
 only when one of its schemes is opened (so ``import statekeeper`` imports no driver).
+:data:`LANGGRAPH_SAVERS` maps the schemes of LangGraph's own savers, which only the
+transfers (``copy``, ``export``, ``import``) open.
 
 A leaf module: it imports nothing from statekeeper except :mod:`statekeeper.errors`.
 """
@@ -20,7 +22,9 @@ from statekeeper.errors import ConfigurationError
 
 __all__ = [
     "BACKENDS",
+    "LANGGRAPH_SAVERS",
     "Backend",
+    "LangGraphSaver",
     "StorageURL",
     "backend_class",
     "parse_options",
@@ -60,6 +64,36 @@ BACKENDS: tuple[Backend, ...] = (
         "RedisCheckpointer",
         "RedisStore",
         driver="redis",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class LangGraphSaver:
+    """One of LangGraph's own savers, which ``copy``, ``export`` and ``import`` read and
+    write (``open_checkpointer`` does not open them: they are not statekeeper backends).
+    ``name`` selects its opener in the transfers; ``module`` is what it imports, from the
+    pip package ``package``, which is optional (a missing one is named in the error)."""
+
+    name: str
+    schemes: tuple[str, ...]
+    module: str
+    package: str
+
+
+# The transfers' schemes for LangGraph's savers (docs/migrating.md).
+LANGGRAPH_SAVERS: tuple[LangGraphSaver, ...] = (
+    LangGraphSaver(
+        "sqlite",
+        ("langgraph+sqlite",),
+        "langgraph.checkpoint.sqlite",
+        "langgraph-checkpoint-sqlite",
+    ),
+    LangGraphSaver(
+        "postgres",
+        ("langgraph+postgres", "langgraph+postgresql"),
+        "langgraph.checkpoint.postgres",
+        "langgraph-checkpoint-postgres",
     ),
 )
 
@@ -131,6 +165,12 @@ def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
         raise ConfigurationError(f"malformed storage URL {redact(url)!r}: {exc}") from exc
     scheme = parts.scheme.lower()
     if scheme not in known_schemes:
+        if any(scheme in saver.schemes for saver in LANGGRAPH_SAVERS):
+            raise ConfigurationError(
+                f"{scheme}:// URLs name LangGraph's own savers, which only copy, export and "
+                "import open (statekeeper.transfer.open_saver); copy the threads into one "
+                f"of: {known}"
+            )
         raise ConfigurationError(
             f"unknown storage scheme {scheme + '://'!r} in {redact(url)!r}; known schemes: {known}"
         )

@@ -147,6 +147,14 @@ def test_fork_into_another_thread_then_answer_there(client: Any, waiting: Datase
     assert _head(waiting).checkpoint["channel_values"].get("answer") is None  # t still waits
 
 
+def test_fork_takes_a_checkpoint_reference(client: Any, waiting: Dataset) -> None:
+    """The fork form's checkpoint is read as ``statekeeper fork`` reads it."""
+    response = _post(client, "/actions/fork", thread="t", checkpoint="head~1", to="by-ref")
+    assert response.status_code == 303, response.text
+    parent = _head(waiting).parent_config["configurable"]["checkpoint_id"]
+    assert _head(waiting, "by-ref").metadata["statekeeper_forked_from"] == parent
+
+
 @pytest.mark.parametrize(
     ("values", "status", "error"),
     [

@@ -226,6 +226,31 @@ def test_a_diff_against_any_chosen_checkpoint(client: Any, dataset: Dataset) -> 
     assert first["parent_id"] is None
 
 
+def test_a_checkpoint_is_named_as_the_cli_names_it(client: Any, dataset: Dataset) -> None:
+    """``?id=`` and ``?against=`` take what ``statekeeper show`` takes (statekeeper.refs)."""
+    from statekeeper.refs import short_ids
+
+    config = {"configurable": {"thread_id": "done", "checkpoint_ns": ""}}
+    listed = list(dataset.saver.list(config))
+    short = short_ids(t.checkpoint["id"] for t in listed)
+    head = _api(client, "/checkpoint", thread="done")
+    assert _api(client, "/checkpoint", thread="done", id="~1")["checkpoint_id"] == head["parent_id"]
+    assert _api(client, "/checkpoint", thread="done", id="@-1")["parent_id"] is None
+    for tup in listed:
+        by_short = _api(client, "/checkpoint", thread="done", id=short[tup.checkpoint["id"]])
+        assert by_short["checkpoint_id"] == tup.checkpoint["id"]
+    diffed = _api(client, "/checkpoint", thread="done", against="head~2")
+    assert (
+        diffed["diff"]["against"]
+        == _api(client, "/checkpoint", thread="done", id="~2")["checkpoint_id"]
+    )
+    shared = dataset.done_head[:4]
+    ambiguous = client.get("/api/checkpoint", params={"thread": "done", "id": shared})
+    assert (ambiguous.status_code, ambiguous.json()["error"]) == (400, "AmbiguousReferenceError")
+    missing = client.get("/api/checkpoint", params={"thread": "done", "id": "@99"})
+    assert (missing.status_code, missing.json()["error"]) == (404, "ThreadNotFoundError")
+
+
 def _oldest(dataset: Dataset, thread_id: str) -> str:
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
     return min(t.checkpoint["id"] for t in dataset.saver.list(config))

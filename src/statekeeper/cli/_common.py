@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 
 from statekeeper import _console
 from statekeeper.errors import (
+    AmbiguousReferenceError,
     AnswerRequiredError,
     ConfigurationError,
     InvalidIdError,
@@ -30,6 +31,7 @@ from statekeeper.errors import (
     NoPendingInterruptError,
     NothingToResumeError,
     ReadOnlyError,
+    RefusedValuesError,
     StatekeeperError,
     StorageNotFoundError,
     ThreadBusyError,
@@ -88,6 +90,7 @@ _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (ReadOnlyError, EXIT["read_only"]),
     (ThreadBusyError, EXIT["busy"]),
     (ThreadExistsError, EXIT["refused"]),
+    (RefusedValuesError, EXIT["refused"]),
     (NothingToResumeError, EXIT["refused"]),
     (NoPendingInterruptError, EXIT["refused"]),
     (AnswerRequiredError, EXIT["interrupted"]),  # still waiting: same as a run that stopped
@@ -269,6 +272,19 @@ def threads_or_all(args: argparse.Namespace) -> None:
         raise IncompleteCommand("name threads, or pass --all")
 
 
+REF_HELP = "an id, a unique prefix of 4+ characters, @STEP, head, or REF~N for an ancestor"
+"""The help of an argument that names a checkpoint (see ``statekeeper.refs``)."""
+
+
+def resolve(saver: Any, thread_id: str, ref: str, *, ns: str = "") -> Any:
+    """The checkpoint tuple that the reference ``ref`` names in ``thread_id``
+    (:func:`statekeeper.refs.resolve_checkpoint`): an ambiguous or malformed reference
+    exits 2, one that names nothing 3."""
+    from statekeeper.refs import resolve_checkpoint
+
+    return resolve_checkpoint(saver, thread_id, ref, ns=ns)
+
+
 def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -293,22 +309,33 @@ def command_line(*words: str) -> str:
 # -- one wording for what is missing ------------------------------------------------------
 
 
-def not_found(url: str, thread_id: str, checkpoint_id: str | None = None) -> ThreadNotFoundError:
+def not_found(
+    url: str, thread_id: str, checkpoint_id: str | None = None, reason: str | None = None
+) -> ThreadNotFoundError:
     """The error for a thread, or a checkpoint in it, that ``url`` does not hold: every
-    command words it this way, with the command that lists what is there."""
+    command words it this way, with the command that lists what is there (and, for a
+    checkpoint reference, ``reason``: why it named nothing)."""
     where = redact(url)
     if checkpoint_id is not None:
+        why = f" ({reason})" if reason else ""
         return ThreadNotFoundError(
-            f"no checkpoint {checkpoint_id!r} in thread {thread_id!r} in {where}; "
+            f"no checkpoint {_shown(checkpoint_id)} in thread {thread_id!r} in {where}{why}; "
             f"`{command_line('history', thread_id, *_db(url))}` lists its checkpoints",
             thread_id=thread_id,
             checkpoint_id=checkpoint_id,
+            reason=reason,
         )
     return ThreadNotFoundError(
         f"no thread {thread_id!r} in {where}; `{command_line('threads', *_db(url))}` lists "
         "the threads",
         thread_id=thread_id,
     )
+
+
+def _shown(text: str, width: int = 60) -> str:
+    """``text`` quoted, cut with an ellipsis when longer than ``width``."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= width else quoted[: width - 1] + "…"
 
 
 def _db(url: str) -> list[str]:
@@ -339,7 +366,7 @@ def describe(exc: BaseException, args: argparse.Namespace) -> str:
     """The message that reports ``exc`` for the command ``args``."""
     if isinstance(exc, ThreadNotFoundError) and exc.thread_id is not None:
         url = args.source if args.command == "copy" else args.db
-        return str(not_found(url, exc.thread_id, exc.checkpoint_id))
+        return str(not_found(url, exc.thread_id, exc.checkpoint_id, exc.reason))
     if isinstance(exc, OSError) and exc.filename is not None:
         path = os.fsdecode(exc.filename)
         advice = _OS_ADVICE.get(exc.errno or 0, f"cannot be used: {exc.strerror or exc}")
@@ -351,7 +378,8 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
     """Report ``exc`` on stderr and return ``code``: ``statekeeper COMMAND: message``
     (each line escaped), or with ``--json`` one JSON object ``{"error": {"code",
     "message", "exit"}}`` (plus ``"type"``, the error's class in
-    :mod:`statekeeper.errors`, and ``"errors"`` for an invalid input)."""
+    :mod:`statekeeper.errors`, ``"errors"`` for an invalid input, ``"candidates"``, the
+    full ids, for an ambiguous checkpoint reference, ``"refusals"`` for refused values)."""
     message = describe(exc, args)
     if getattr(args, "json", False):
         error: dict[str, Any] = {"code": _name(code), "message": message, "exit": code}
@@ -359,6 +387,10 @@ def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
             error["type"] = type(exc).__name__
         if isinstance(exc, InvalidInputError):
             error["errors"] = [{"field": path, "message": text} for path, text in exc.errors]
+        if isinstance(exc, AmbiguousReferenceError):
+            error["candidates"] = list(exc.candidates)
+        if isinstance(exc, RefusedValuesError):
+            error["refusals"] = _console.jsonable(list(exc.refusals))
         print(_console.dumps({"error": error}, indent=None), file=sys.stderr)
     else:
         shown = "\n".join(_console.escape(line) for line in message.splitlines())

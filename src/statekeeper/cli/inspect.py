@@ -12,7 +12,17 @@ import argparse
 from typing import Any
 
 from statekeeper import _console
-from statekeeper.cli._common import EXIT, Commands, at_least_one, emit, not_found, open_saver
+from statekeeper.cli._common import (
+    EXIT,
+    REF_HELP,
+    CommandError,
+    Commands,
+    at_least_one,
+    emit,
+    not_found,
+    open_saver,
+    resolve,
+)
 from statekeeper.errors import ThreadNotFoundError
 
 __all__ = ["add_diff", "add_history", "add_show", "add_threads"]
@@ -85,14 +95,20 @@ def add_history(commands: Commands) -> None:
 
 def cmd_history(args: argparse.Namespace) -> int:
     """The checkpoints of ``args.thread`` in namespace ``--ns``, newest first: id,
-    parent, step, source, next nodes, time and metadata."""
+    parent, step, source, next nodes, time and metadata. The table shows each id cut to
+    the length at which the thread's ids all differ (``statekeeper.refs.short_ids``), a
+    prefix every command reads back; ``--json`` keeps the full ids."""
+    from statekeeper.refs import short_ids
     from statekeeper.threads import pending_nodes
 
     with open_saver(args.db, read_only=True) as saver:
         config = {"configurable": {"thread_id": args.thread, "checkpoint_ns": args.ns}}
-        tuples = list(saver.list(config, limit=args.limit))
-    if not tuples:
+        # every id, not only the --limit shown: a short id must be unique in the thread
+        listed = list(saver.list(config))
+    if not listed:
         raise _not_found(args)
+    short = short_ids(t.checkpoint["id"] for t in listed)
+    tuples = listed[: args.limit]
     rows = [
         {
             "checkpoint_id": t.checkpoint["id"],
@@ -111,7 +127,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         lambda: _console.table(
             ["checkpoint", "step", "source", "next", "time"],
             [
-                (r["checkpoint_id"], r["step"], r["source"], ", ".join(r["next"]), r["ts"])
+                (short[r["checkpoint_id"]], r["step"], r["source"], ", ".join(r["next"]), r["ts"])
                 for r in rows
             ],
         ),
@@ -130,18 +146,26 @@ def add_show(commands: Commands) -> None:
         ),
     )
     sub.add_argument("thread", help="thread id")
-    sub.add_argument("--checkpoint", metavar="ID", help="checkpoint id (default: the newest)")
+    sub.add_argument(
+        "ref",
+        nargs="?",
+        metavar="CHECKPOINT",
+        help=f"the checkpoint (default: the newest): {REF_HELP}",
+    )
+    sub.add_argument("--checkpoint", metavar="CHECKPOINT", help="the same as CHECKPOINT")
     sub.add_argument("--ns", default="", help=_NS_HELP)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """The state stored at ``--checkpoint`` (default: the newest) as JSON, with its
-    metadata, next nodes and pending interrupts; channels LangGraph uses internally
-    are left out."""
+    """The state stored at ``REF`` (or ``--checkpoint``; default: the newest) as JSON,
+    with its metadata, next nodes and the interrupts its step asked; channels LangGraph
+    uses internally are left out."""
     from statekeeper.threads import pending_nodes
 
+    if args.ref is not None and args.checkpoint is not None and args.ref != args.checkpoint:
+        raise CommandError("name the checkpoint once: REF or --checkpoint, not both")
     with open_saver(args.db, read_only=True) as saver:
-        tup = _checkpoint(saver, args, args.checkpoint)
+        tup = _checkpoint(saver, args, args.ref if args.ref is not None else args.checkpoint)
     data = {
         "thread_id": args.thread,
         "checkpoint_id": tup.checkpoint["id"],
@@ -171,7 +195,10 @@ def add_diff(commands: Commands) -> None:
     )
     sub.add_argument("thread", help="thread id")
     sub.add_argument(
-        "from_", nargs="?", metavar="FROM", help="older checkpoint (default: TO's parent)"
+        "from_",
+        nargs="?",
+        metavar="FROM",
+        help=f"older checkpoint (default: TO's parent): {REF_HELP}",
     )
     sub.add_argument("to", nargs="?", metavar="TO", help="newer checkpoint (default: the newest)")
     sub.add_argument("--ns", default="", help=_NS_HELP)
@@ -219,15 +246,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
 # -- shared by the readers ----------------------------------------------------------------
 
 
-def _checkpoint(saver: Any, args: argparse.Namespace, checkpoint_id: str | None) -> Any:
-    """The checkpoint ``checkpoint_id`` (the newest when None) of ``args.thread``."""
-    configurable = {"thread_id": args.thread, "checkpoint_ns": args.ns}
-    if checkpoint_id:
-        configurable["checkpoint_id"] = checkpoint_id
-    tup = saver.get_tuple({"configurable": configurable})
-    if tup is None:
-        raise _not_found(args, checkpoint_id)
-    return tup
+def _checkpoint(saver: Any, args: argparse.Namespace, ref: str | None) -> Any:
+    """The checkpoint that ``ref`` names (the newest when None) in ``args.thread``."""
+    if ref is None:
+        ref = "head"
+    return resolve(saver, args.thread, ref, ns=args.ns)
 
 
 def _not_found(args: argparse.Namespace, checkpoint_id: str | None = None) -> ThreadNotFoundError:

@@ -332,14 +332,41 @@ def _add_eval(commands: Commands) -> None:
         metavar="URL",
         help="store for the notes (default memory://)",
     )
+    sub.add_argument(
+        "--answers",
+        action="store_true",
+        help="answer quality per condition (full history, window, summary, recall...)",
+    )
+    sub.add_argument(
+        "--reader",
+        metavar="SPEC",
+        help="with --answers: 'span' (offline, default) or a chat model 'provider:model'",
+    )
+    sub.add_argument(
+        "--reader-budget",
+        metavar="TOKENS",
+        help="with --answers: the reader's context budget (default 4096; 'none': unlimited)",
+    )
+    sub.add_argument(
+        "--no-sweep", action="store_true", help="with --answers: skip the freshness sweep"
+    )
+    sub.add_argument(
+        "--chart", metavar="PATH", help="with --answers: write an SVG chart of quality vs tokens"
+    )
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Summarization + recall against raw-message BM25 on the dataset, as a report
-    (see docs/memory-eval.md)."""
+    """Summarization + recall against raw-message BM25 on the dataset, as a report; with
+    ``--answers``, answer quality per condition (see docs/memory-eval.md)."""
     from statekeeper.memory.eval import EvalSettings, evaluate, load_dataset, render
     from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Limits
 
+    given = [name for name in ("reader", "reader_budget", "chart") if getattr(args, name)]
+    if args.no_sweep:
+        given.append("no_sweep")
+    if given and not args.answers:
+        option = "--" + given[0].replace("_", "-")
+        raise CommandError(f"{option} goes with --answers")
     dataset = load_dataset(args.dataset)
     floor = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
     settings = EvalSettings(
@@ -347,6 +374,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         limits=Limits(k=args.k, min_score=floor),
         store_url=args.eval_store,
     )
+    if args.answers:
+        return _eval_answers(args, dataset, settings)
     bar = progress("eval")
     try:
         report = evaluate(
@@ -358,6 +387,55 @@ def cmd_eval(args: argparse.Namespace) -> int:
         bar.done()
     print(_console.dumps(report.to_json()) if args.json else render(report))
     return EXIT["ok"]
+
+
+def _eval_answers(args: argparse.Namespace, dataset: Any, pipeline: Any) -> int:
+    from statekeeper.memory.eval import (
+        DEFAULT_READER_BUDGET,
+        AnswerSettings,
+        answers_chart,
+        evaluate_answers,
+        reader_from,
+        render_answers,
+    )
+
+    budget: int | None = DEFAULT_READER_BUDGET
+    if args.reader_budget is not None:
+        budget = _reader_budget(args.reader_budget)
+    options: dict[str, Any] = {"pipeline": pipeline, "budget": budget}
+    if args.no_sweep:
+        options["sweep"] = ()
+    settings = AnswerSettings(**options)
+    reader = reader_from(args.reader)  # before the long run: a bad reader fails at once
+    bar = progress("eval --answers")
+    try:
+        report = evaluate_answers(
+            dataset,
+            settings,
+            reader=reader,
+            progress=lambda done, total, conversation: bar.update(done, total, conversation),
+        )
+    finally:
+        bar.done()
+    if args.chart:
+        try:
+            Path(args.chart).write_text(answers_chart(report), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write the chart to {args.chart!r}: {exc}") from exc
+    print(_console.dumps(report.to_json()) if args.json else render_answers(report))
+    return EXIT["ok"]
+
+
+def _reader_budget(text: str) -> int | None:
+    if text.strip().casefold() in ("none", "unlimited"):
+        return None
+    try:
+        budget = int(text)
+    except ValueError:
+        budget = 0
+    if budget < 1:
+        raise CommandError(f"--reader-budget takes a number of tokens >= 1 or 'none', not {text!r}")
+    return budget
 
 
 # -- shared by the memory commands ---------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from statekeeper import _console
 from statekeeper.cli._common import (
     EXIT,
+    REF_HELP,
     CommandError,
     Commands,
     NodeFailed,
@@ -28,6 +29,7 @@ from statekeeper.cli._common import (
     emit,
     open_saver,
     progress,
+    resolve,
     threads_or_all,
 )
 from statekeeper.errors import AnswerRequiredError, StatekeeperError
@@ -73,6 +75,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_result(args, result)
 
 
+_ANSWER_HELP = (
+    "the answer to the interrupt(): JSON, else taken as text; @FILE reads it from a file, "
+    "- from stdin"
+)
+
+
 def add_resume(commands: Commands) -> None:
     sub = commands.add(
         "resume",
@@ -85,8 +93,12 @@ def add_resume(commands: Commands) -> None:
         ),
     )
     sub.add_argument("thread", help="thread id")
+    sub.add_argument("--answer", metavar="VALUE", help=_ANSWER_HELP)
     sub.add_argument(
-        "--answer", metavar="VALUE", help="answer to a pending interrupt() (JSON, else text)"
+        "--from",
+        dest="from_ref",
+        metavar="CHECKPOINT",
+        help=f"fork at this checkpoint first, then run from there: {REF_HELP}",
     )
     sub.add_argument("--graph", metavar="REF", help="graph to use instead of the recorded one")
 
@@ -94,24 +106,36 @@ def add_resume(commands: Commands) -> None:
 def cmd_resume(args: argparse.Namespace) -> int:
     """Continue ``args.thread`` from its last completed step, answering its pending
     ``interrupt()`` with ``--answer``; a thread that waits for an answer and got none
-    exits 10 with the command that answers it."""
-    from statekeeper.graphs import Runner
+    exits 10 with the command that answers it. With ``--from REF``, the thread is forked
+    at that checkpoint first (as ``fork THREAD REF``) and runs from there, ``--answer``
+    answering the ``interrupt()`` that checkpoint's step asked."""
+    from statekeeper.graphs import NO_ANSWER, Runner
 
-    with open_saver(args.db) as saver, _node_failure(args.thread):
+    answer = _answer(args.answer) if args.answer is not None else NO_ANSWER
+    with open_saver(args.db) as saver:
         runner = Runner(saver)
-        try:
-            if args.answer is None:
-                result = runner.resume(args.thread, graph_ref=args.graph)
-            else:
-                answer = _answer(args.answer)
-                result = runner.resume(args.thread, answer=answer, graph_ref=args.graph)
-        except AnswerRequiredError as exc:
-            raise AnswerRequiredError(
-                f"{exc}: {command_line('resume', args.thread, '--answer')} VALUE",
-                thread_id=exc.thread_id,
-                interrupts=exc.interrupts,
-            ) from None
+        if args.from_ref is not None:
+            source = resolve(saver, args.thread, args.from_ref).checkpoint["id"]
+            with _node_failure(args.thread):
+                result = runner.fork_and_resume(
+                    args.thread, source, answer=answer, graph_ref=args.graph
+                )
+            return _run_result(args, result)
+        with _node_failure(args.thread):
+            result = _resume(runner, args, answer)
     return _run_result(args, result)
+
+
+def _resume(runner: Any, args: argparse.Namespace, answer: Any) -> Any:
+    """``runner.resume``; a thread waiting for an answer is told how to give one."""
+    try:
+        return runner.resume(args.thread, answer=answer, graph_ref=args.graph)
+    except AnswerRequiredError as exc:
+        raise AnswerRequiredError(
+            f"{exc}: {command_line('resume', args.thread, '--answer')} VALUE",
+            thread_id=exc.thread_id,
+            interrupts=exc.interrupts,
+        ) from None
 
 
 def add_fork(commands: Commands) -> None:
@@ -125,25 +149,42 @@ def add_fork(commands: Commands) -> None:
         ),
     )
     sub.add_argument("thread", help="thread id")
-    sub.add_argument("checkpoint", help="the checkpoint to branch from")
+    sub.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help=f"the checkpoint to branch from: {REF_HELP}"
+    )
     sub.add_argument("--to", metavar="THREAD", help="new thread to fork into (default: same)")
+    sub.add_argument(
+        "--answer",
+        metavar="VALUE",
+        help="answer the interrupt() the checkpoint's step asked, and run on: "
+        + _ANSWER_HELP.removeprefix("the answer to the interrupt(): "),
+    )
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    """Branch ``args.thread`` at ``args.checkpoint`` into ``--to`` (default: the same
-    thread); nothing runs until ``resume``."""
+    """Branch ``args.thread`` at the checkpoint ``REF`` names into ``--to`` (default: the
+    same thread); nothing runs until ``resume``. With ``--answer``, the fork runs at
+    once, the ``interrupt()`` its step asks answered (exit 10 if it stops at another);
+    refused with exit 5, nothing written, when that step asked none."""
     from statekeeper.graphs import Runner
 
+    answer = _answer(args.answer) if args.answer is not None else None
     with open_saver(args.db) as saver:
-        result = Runner(saver).fork(args.thread, args.checkpoint, to_thread=args.to)
+        source = resolve(saver, args.thread, args.checkpoint).checkpoint["id"]
+        runner = Runner(saver)
+        if args.answer is not None:
+            with _node_failure(args.to if args.to is not None else args.thread):
+                run = runner.fork_and_resume(args.thread, source, answer=answer, to_thread=args.to)
+            return _run_result(args, run)
+        result = runner.fork(args.thread, source, to_thread=args.to)
     emit(
         args,
         result,
         lambda: (
-            f"forked {result.source_thread_id} at {result.source_checkpoint_id}\n"
-            f"into   {result.thread_id} at {result.checkpoint_id}\n"
-            f"next   {', '.join(result.next) or '-'}\n"
-            f"continue with: statekeeper resume {result.thread_id}"
+            f"forked {_console.escape(result.source_thread_id)} at {result.source_checkpoint_id}\n"
+            f"into   {_console.escape(result.thread_id)} at {result.checkpoint_id}\n"
+            f"next   {_console.escape(', '.join(result.next)) or '-'}\n"
+            f"continue with: {command_line('resume', result.thread_id)}"
         ),
     )
     return EXIT["ok"]
@@ -241,16 +282,23 @@ def _traceback(exc: BaseException) -> str:
 
 def _input(given: str) -> Any:
     """``--input``: inline JSON, ``@FILE`` (a file holding it) or ``-`` (stdin)."""
+    text, where = _read_arg(given, "--input")
+    return _json_arg(text, where)
+
+
+def _read_arg(given: str, option: str) -> tuple[str, str]:
+    """The text an option's value stands for: itself, the content of ``@FILE``, or
+    stdin for ``-``; and how to name where it came from in a message."""
     if given == "-":
-        return _json_arg(sys.stdin.read(), "--input (from stdin)")
+        return sys.stdin.read(), f"{option} (from stdin)"
     if given.startswith("@"):
         path = given[1:]
         try:
             text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise CommandError(f"--input {given}: {path!r} is not UTF-8 text") from None
-        return _json_arg(text, f"--input (from {path!r})")
-    return _json_arg(given, "--input")
+            raise CommandError(f"{option} {given}: {path!r} is not UTF-8 text") from None
+        return text, f"{option} (from {path!r})"
+    return given, option
 
 
 def _json_arg(text: str, what: str) -> Any:
@@ -268,9 +316,12 @@ def _not_json(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not a JSON number; write a number or null")
 
 
-def _answer(text: str) -> Any:
-    """``--answer``: JSON when it parses, else the text itself (``--answer yes``)."""
+def _answer(given: str) -> Any:
+    """``--answer``: JSON when it parses (strictly: no NaN), else the text itself
+    (``--answer yes``); ``@FILE`` and ``-`` read it from a file or stdin first (a text
+    answer read so loses its final newline)."""
+    text, _ = _read_arg(given, "--answer")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_not_json)
     except ValueError:
-        return text
+        return text.removesuffix("\n") if given == "-" or given.startswith("@") else text

@@ -2,8 +2,12 @@
 with its arguments next to its handler.
 
 They report progress on stderr (a bar, only on a terminal and not with ``-q``) and how
-many threads, checkpoints and writes they moved. ``copy`` and ``import`` create nothing
-on failure: everything that can be checked is checked before the target is opened.
+many threads, checkpoints and writes they moved. Their URLs may also name LangGraph's own
+savers (``langgraph+sqlite:///old.db``, ``langgraph+postgres://...``: docs/migrating.md).
+A value the source's serde refuses stops ``copy`` and ``export`` with every refusal
+listed (exit 5, nothing moved); with ``--skip-refused`` the other threads are moved, the
+refused ones listed, and the exit is 5 still. ``copy`` and ``import`` create nothing on
+failure: everything that can be checked is checked before the target is opened.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from statekeeper.cli._common import (
 )
 from statekeeper.urls import redact
 
+_SKIP_HELP = (
+    "move the threads that hold no refused value and list the others (exit 5); "
+    "default: a refused value stops the command and nothing is moved"
+)
+
 __all__ = ["add_copy", "add_export", "add_import"]
 
 
@@ -50,6 +59,7 @@ def add_copy(commands: Commands) -> None:
         metavar="ID",
         help="copy this thread (repeatable; default: all)",
     )
+    sub.add_argument("--skip-refused", action="store_true", help=_SKIP_HELP)
 
 
 def cmd_copy(args: argparse.Namespace) -> int:
@@ -61,38 +71,40 @@ def cmd_copy(args: argparse.Namespace) -> int:
     target leaves no new database, directory or key behind), and a copy that fails
     part-way deletes the threads it wrote.
     """
-    from statekeeper.threads import list_threads
+    from statekeeper.transfer import copy_threads
 
     bar, report = _progress("copy")
-    with open_saver(args.source, read_only=True) as source:
-        thread_ids = _named_threads(source, args) if args.thread else list_threads(source)
-        with open_saver(args.target) as target:
-            stats = _copied(source, target, thread_ids, bar, report)
+    with _open(args.source, read_only=True) as source:
+        thread_ids = _source_threads(source, args)
+        with _open(args.target) as target:
+            try:
+                stats = copy_threads(
+                    source, target, thread_ids, progress=report, skip_refused=args.skip_refused
+                )
+            finally:
+                bar.done()
     emit(
         args,
         stats,
         lambda: f"copied {_counts(stats)} from {redact(args.source)} to {redact(args.target)}",
     )
-    return EXIT["ok"]
+    return _refused(stats)
 
 
-def _named_threads(source: Any, args: argparse.Namespace) -> list[str]:
-    """The ``--thread`` ids, each once; one the source does not hold is not found (exit 3)."""
+def _source_threads(source: Any, args: argparse.Namespace) -> list[str]:
+    """The threads to copy: every thread of the source, or the ``--thread`` ids, each
+    once; one the source does not hold is not found (exit 3)."""
+    from statekeeper.threads import list_threads
+
+    if not args.thread:
+        listed = getattr(source, "thread_ids", None)  # LangGraph's savers opened by URL
+        return list(listed()) if callable(listed) else list_threads(source)
     thread_ids = list(dict.fromkeys(args.thread))
     for thread_id in thread_ids:
         config = {"configurable": {"thread_id": thread_id}}
         if next(iter(source.list(config, limit=1)), None) is None:
             raise not_found(args.source, thread_id)
     return thread_ids
-
-
-def _copied(source: Any, target: Any, thread_ids: list[str], bar: Any, report: Any) -> Any:
-    from statekeeper.transfer import copy_threads
-
-    try:
-        return copy_threads(source, target, thread_ids, progress=report)
-    finally:
-        bar.done()
 
 
 def add_export(commands: Commands) -> None:
@@ -114,6 +126,7 @@ def add_export(commands: Commands) -> None:
     sub.add_argument(
         "-o", "--output", default="-", metavar="FILE", help="dump file (default: stdout)"
     )
+    sub.add_argument("--skip-refused", action="store_true", help=_SKIP_HELP)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -123,13 +136,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     from statekeeper.transfer import export_threads
 
     bar, report = _progress("export")
-    with open_saver(args.db, read_only=True) as saver, _output(args.output) as out:
+    with _open(args.db, read_only=True) as saver, _output(args.output) as out:
         try:
-            stats = export_threads(saver, out, args.thread or None, progress=report)
+            stats = export_threads(
+                saver, out, args.thread or None, progress=report, skip_refused=args.skip_refused
+            )
         finally:
             bar.done()
     info(_console.dumps(stats) if args.json else f"exported {_counts(stats)}")
-    return EXIT["ok"]
+    return _refused(stats)
 
 
 def add_import(commands: Commands) -> None:
@@ -156,7 +171,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     from statekeeper.transfer import check_dump
 
     bar, report = _progress("import")
-    with _input(args.file) as src, check_dump(src) as dump, open_saver(args.db) as saver:
+    with _input(args.file) as src, check_dump(src) as dump, _open(args.db) as saver:
         try:
             stats = dump.import_into(saver, progress=report)
         finally:
@@ -170,6 +185,33 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 # -- shared by the transfers --------------------------------------------------------------
+
+
+def _open(url: str, *, read_only: bool = False) -> Any:
+    """The saver at ``url``: a statekeeper backend as ``--db`` opens it, or one of
+    LangGraph's savers (``statekeeper.transfer.open_saver``)."""
+    from statekeeper.checkpointers import known_schemes
+    from statekeeper.transfer import open_saver as open_any
+    from statekeeper.transfer import transfer_schemes
+    from statekeeper.urls import parse_url
+
+    if parse_url(url, transfer_schemes()).scheme in known_schemes():
+        return open_saver(url, read_only=read_only)
+    return open_any(url, read_only=read_only)
+
+
+def _refused(stats: Any) -> int:
+    """List the refusals of a transfer that skipped them on stderr: exit 5 if any."""
+    if not stats.refusals:
+        return EXIT["ok"]
+    threads = len({refusal.thread_id for refusal in stats.refusals})
+    print(
+        f"left out {plural(threads, 'thread')} holding refused values:",
+        *(f"  {_console.escape(str(refusal))}" for refusal in stats.refusals),
+        sep="\n",
+        file=sys.stderr,
+    )
+    return EXIT["refused"]
 
 
 def _progress(label: str) -> tuple[_console.Progress, Callable[[int, int, int], None]]:

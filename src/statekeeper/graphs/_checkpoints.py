@@ -39,6 +39,7 @@ __all__ = [
     "GRAPH_KEY",
     "MIGRATED_FROM_KEY",
     "VERSION_KEY",
+    "asked_interrupts",
     "copy_history",
     "metadata_reader",
     "stored_values",
@@ -55,6 +56,8 @@ VERSION_KEY = "statekeeper_schema_version"  # schema version of its channel valu
 MIGRATED_FROM_KEY = "statekeeper_migrated_from"  # on a migration: the version before
 FORKED_FROM_KEY = "statekeeper_forked_from"  # on a fork: the checkpoint id it copies
 FORKED_FROM_THREAD_KEY = "statekeeper_forked_from_thread"  # ...and that checkpoint's thread
+
+_INTERRUPT = "__interrupt__"  # the channel of LangGraph's interrupt writes (private there)
 
 
 def thread_config(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
@@ -94,6 +97,18 @@ def waiting_interrupts(writes: list[PendingWrite]) -> tuple[Interrupt, ...]:
         for status in read_task_statuses(writes).values()
         for interrupt in status.pending_interrupts
     )
+
+
+def asked_interrupts(writes: list[PendingWrite]) -> tuple[tuple[str, Interrupt], ...]:
+    """Every ``interrupt()`` the super-step after a checkpoint raised, answered since or
+    not, as ``(task id, interrupt)`` in stored order: what running that step again (from
+    a fork of the checkpoint) asks again."""
+    asked = []
+    for task_id, channel, value in writes:
+        if channel == _INTERRUPT:
+            values = value if isinstance(value, list | tuple) else [value]
+            asked += [(task_id, found) for found in values if isinstance(found, Interrupt)]
+    return tuple(asked)
 
 
 def write_child(

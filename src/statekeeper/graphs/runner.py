@@ -16,7 +16,7 @@ from typing import Any, Final, cast
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 from langgraph.pregel import Pregel
-from langgraph.types import Command, Interrupt
+from langgraph.types import Command
 from pydantic import BaseModel
 
 from statekeeper.checkpointers.base import Checkpointer
@@ -39,11 +39,11 @@ from statekeeper.graphs._checkpoints import (
     metadata_reader,
     stored_values,
     thread_config,
-    waiting_interrupts,
     write_child,
     write_migrated,
 )
 from statekeeper.graphs._input import check_input
+from statekeeper.graphs._interrupts import asked_before_fork, describe, one_asker, still_waiting
 from statekeeper.graphs.loading import load_graph, state_saver, state_schema
 from statekeeper.graphs.results import ForkResult, MigrationResult, RunResult
 from statekeeper.graphs.state import VersionedState, validate
@@ -158,16 +158,18 @@ class Runner:
                     f"thread {thread_id!r} has finished: no task is left to run; fork it "
                     "from an earlier checkpoint to run part of it again"
                 )
-            waiting = _waiting_interrupts(state_saver(graph), saved, summary.interrupts)
+            waiting = still_waiting(state_saver(graph), saved, summary.interrupts)
             if answer is NO_ANSWER:
                 if waiting:
                     raise AnswerRequiredError(
                         f"thread {thread_id!r} is waiting for an answer to "
-                        f"{_describe(waiting)}; resume it with an answer",
+                        f"{describe(waiting)}; resume it with an answer",
                         thread_id=thread_id,
                         interrupts=waiting,
                     )
                 return self._invoke(graph, ref, thread_id, None)
+            if not waiting:
+                waiting = asked_before_fork(state_saver(graph), saved)
             if not waiting:
                 raise NoPendingInterruptError(
                     f"thread {thread_id!r} is not waiting at an interrupt(), so there is "
@@ -212,40 +214,91 @@ class Runner:
         with self._saver.claim_thread(target):
             graph, ref = self._graph_for(thread_id, checkpoint_id, graph_ref)
             loaded = self._load(graph, thread_id, checkpoint_id)
-            source = loaded.saved
-            saver = cast(Checkpointer, state_saver(graph))  # a copy of self._saver
-            metadata: dict[str, Any] = {
-                "source": "fork",
-                FORKED_FROM_KEY: checkpoint_id,
-                GRAPH_KEY: ref,
-            }
-            fork_values: dict[str, Any] | None = None
-            stored: dict[str, Any] = dict(source.metadata)
-            if values is not None:
-                fork_values = _edited(graph, values, thread_id, checkpoint_id)
-                schema = state_schema(graph)
-                if isinstance(schema, type) and issubclass(schema, VersionedState):
-                    metadata[VERSION_KEY] = schema.schema_version
-            elif loaded.migration is not None:
-                from_version, metadata[VERSION_KEY], fork_values = loaded.migration
-                metadata[MIGRATED_FROM_KEY] = from_version
-            if VERSION_KEY in stored and VERSION_KEY not in metadata:
-                metadata[VERSION_KEY] = stored[VERSION_KEY]
-            if target == thread_id:
-                config = write_child(
-                    saver, source, config=source.config, metadata=metadata, values=fork_values
-                )
-            else:
-                metadata[FORKED_FROM_THREAD_KEY] = thread_id
-                config = self._fork_elsewhere(saver, source, target, metadata, fork_values)
-            snapshot = graph.get_state(thread_config(target))
-            return ForkResult(
-                thread_id=target,
-                checkpoint_id=config["configurable"]["checkpoint_id"],
-                source_thread_id=thread_id,
-                source_checkpoint_id=checkpoint_id,
-                next=snapshot.next,
+            return self._fork(graph, ref, loaded, target, values)
+
+    def fork_and_resume(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        answer: Any = NO_ANSWER,
+        to_thread: str | None = None,
+        graph_ref: str | None = None,
+    ) -> RunResult:
+        """:meth:`fork` at ``checkpoint_id``, then run from the copy, under one claim of
+        the target thread (no other run can slip in between): ``statekeeper resume
+        --from`` and ``statekeeper fork --answer``.
+
+        With ``answer``, the ``interrupt()`` that the super-step after the checkpoint
+        asked, which runs again, returns ``answer``: a human's decision taken again
+        differently, in one step. That is refused before anything is written when the
+        step asked no ``interrupt()``, or when several of its tasks asked one (fork, then
+        resume, and answer them by id).
+
+        Raises:
+            NoPendingInterruptError: ``answer`` was given, and the step after the
+                checkpoint asked no ``interrupt()``; nothing was written.
+            ConfigurationError: ``answer`` was given and several tasks asked; nothing
+                was written. Or as for :meth:`fork`.
+            ThreadNotFoundError, ThreadExistsError, StateValidationError,
+            ThreadBusyError: as for :meth:`fork`.
+            Exception: whatever a node raised, as for :meth:`resume`.
+        """
+        target = to_thread if to_thread is not None else thread_id
+        with self._saver.claim_thread(target):
+            graph, ref = self._graph_for(thread_id, checkpoint_id, graph_ref)
+            loaded = self._load(graph, thread_id, checkpoint_id)
+            if answer is not NO_ANSWER:
+                one_asker(loaded.saved, thread_id)
+            self._fork(graph, ref, loaded, target, None)
+            run_input: Command[Any] | None = None if answer is NO_ANSWER else Command(resume=answer)
+            return self._invoke(graph, ref, target, run_input)
+
+    def _fork(
+        self,
+        graph: Pregel[Any],
+        ref: str,
+        loaded: _Loaded,
+        target: str,
+        values: Mapping[str, Any] | None,
+    ) -> ForkResult:
+        """The body of :meth:`fork`, with the target thread claimed."""
+        source = loaded.saved
+        thread_id = source.config["configurable"]["thread_id"]
+        checkpoint_id = source.checkpoint["id"]
+        saver = cast(Checkpointer, state_saver(graph))  # a copy of self._saver
+        metadata: dict[str, Any] = {
+            "source": "fork",
+            FORKED_FROM_KEY: checkpoint_id,
+            GRAPH_KEY: ref,
+        }
+        fork_values: dict[str, Any] | None = None
+        stored: dict[str, Any] = dict(source.metadata)
+        if values is not None:
+            fork_values = _edited(graph, values, thread_id, checkpoint_id)
+            schema = state_schema(graph)
+            if isinstance(schema, type) and issubclass(schema, VersionedState):
+                metadata[VERSION_KEY] = schema.schema_version
+        elif loaded.migration is not None:
+            from_version, metadata[VERSION_KEY], fork_values = loaded.migration
+            metadata[MIGRATED_FROM_KEY] = from_version
+        if VERSION_KEY in stored and VERSION_KEY not in metadata:
+            metadata[VERSION_KEY] = stored[VERSION_KEY]
+        if target == thread_id:
+            config = write_child(
+                saver, source, config=source.config, metadata=metadata, values=fork_values
             )
+        else:
+            metadata[FORKED_FROM_THREAD_KEY] = thread_id
+            config = self._fork_elsewhere(saver, source, target, metadata, fork_values)
+        snapshot = graph.get_state(thread_config(target))
+        return ForkResult(
+            thread_id=target,
+            checkpoint_id=config["configurable"]["checkpoint_id"],
+            source_thread_id=thread_id,
+            source_checkpoint_id=checkpoint_id,
+            next=snapshot.next,
+        )
 
     def _fork_elsewhere(
         self,
@@ -409,20 +462,3 @@ def _edited(
         return dict(values)
     model = validate(schema, values, thread_id=thread_id, checkpoint_id=checkpoint_id)
     return {name: getattr(model, name, value) for name, value in values.items()}
-
-
-def _describe(interrupts: tuple[Interrupt, ...]) -> str:
-    return ", ".join(f"interrupt {i.id} ({i.value!r})" for i in interrupts)
-
-
-def _waiting_interrupts(
-    saver: BaseCheckpointSaver[Any], saved: CheckpointTuple, pending: tuple[Interrupt, ...]
-) -> tuple[Interrupt, ...]:
-    """The interrupts waiting for an answer at ``saved``, whose own are ``pending``. A
-    migration checkpoint has no pending writes: those waiting are the ones its parent's
-    unfinished tasks raised (read from the writes, since the parent's values are not the
-    graph's schema), asked again when the super-step re-runs."""
-    if pending or MIGRATED_FROM_KEY not in saved.metadata or saved.parent_config is None:
-        return pending
-    parent = saver.get_tuple(saved.parent_config)
-    return waiting_interrupts(parent.pending_writes or []) if parent else ()

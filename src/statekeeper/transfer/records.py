@@ -9,11 +9,9 @@ the values of one checkpoint.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -23,23 +21,20 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
 )
-from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 
-from statekeeper.checkpointers.base import Checkpointer, TaskWrite
-from statekeeper.errors import SerializationError, ThreadNotFoundError
+from statekeeper.checkpointers.base import TaskWrite
+from statekeeper.errors import Refusal, SerializationError, ThreadNotFoundError
+from statekeeper.transfer._guard import GuardedSerde, Refused, refusals_in, refused_types
 
 __all__ = [
     "Record",
+    "WritesWithPaths",
     "new_versions",
     "plan_thread",
     "read_thread",
     "refused_types",
     "write_calls",
 ]
-
-# serde events that mean "an object named in the bytes was not rebuilt": the value read
-# is not the value stored, so passing it on would store it altered
-_REFUSALS = ("msgpack_blocked", "msgpack_method_blocked")
 
 
 @dataclass(frozen=True)
@@ -133,9 +128,11 @@ def plan_thread(source: BaseCheckpointSaver[Any], thread_id: str) -> list[Ref]:
         (
             Ref(
                 tup.config["configurable"].get("checkpoint_ns", ""),
-                tup.checkpoint["id"],
+                tup.config["configurable"]["checkpoint_id"],
                 tup.parent_config["configurable"]["checkpoint_id"] if tup.parent_config else None,
-                dict(tup.checkpoint["channel_versions"]),
+                {}
+                if isinstance(tup.checkpoint, Refused)
+                else dict(tup.checkpoint["channel_versions"]),
             )
             for tup in source.list({"configurable": {"thread_id": thread_id}})
         ),
@@ -158,18 +155,29 @@ def _parents_first(refs: list[Ref]) -> Iterator[Ref]:
         yield from reversed(chain)
 
 
-def read_thread(
-    source: BaseCheckpointSaver[Any], thread_id: str, refs: list[Ref]
-) -> Iterator[Record]:
-    """The records of ``refs`` (from :func:`plan_thread`), in that order.
+@runtime_checkable
+class WritesWithPaths(Protocol):
+    """A saver that reads pending writes with their task paths (statekeeper's
+    checkpointers, and the transfers' openers of LangGraph's savers)."""
 
-    Pending writes come from ``get_writes`` (with their task paths) when ``source`` is a
-    statekeeper checkpointer, else from ``pending_writes`` with task path ``""``.
+    def get_writes(self, config: RunnableConfig) -> Sequence[TaskWrite]: ...
+
+
+def read_thread(
+    source: BaseCheckpointSaver[Any], thread_id: str, refs: list[Ref], refusals: list[Refusal]
+) -> Iterator[Record | None]:
+    """One item per ref of ``refs`` (from :func:`plan_thread`), in that order: its record,
+    or ``None`` when a value of that checkpoint was refused (each refusal is appended to
+    ``refusals``; the thread's other checkpoints are still read, to find every refusal).
+
+    A value is refused when the source's serde would not rebuild it: a
+    :class:`~statekeeper.transfer._guard.GuardedSerde` (LangGraph's savers opened by URL)
+    says which channel or write; another serde's refusals (a type from a module not
+    imported, say) are known only by checkpoint. Pending writes come with their task paths
+    from a :class:`WritesWithPaths` source, else from ``pending_writes`` with task path
+    ``""``.
 
     Raises:
-        SerializationError: the source's serde refused to rebuild an object in a value
-            (a type from a module not imported, say), so the value read is not the one
-            stored.
         ThreadNotFoundError: a checkpoint was deleted while the thread was being read.
     """
     versions = {(ref.checkpoint_ns, ref.checkpoint_id): ref.channel_versions for ref in refs}
@@ -181,21 +189,32 @@ def read_thread(
                 "checkpoint_id": ref.checkpoint_id,
             }
         }
-        where = f"thread {thread_id!r}, checkpoint {ref.checkpoint_id!r}"
-        with refused_types() as refused:
+        with refused_types() as unnamed:
             tup = source.get_tuple(config)
             if tup is None:
-                raise ThreadNotFoundError(f"{where} was deleted while it was being copied")
-            if isinstance(source, Checkpointer):
+                raise ThreadNotFoundError(
+                    f"thread {thread_id!r}, checkpoint {ref.checkpoint_id!r} was deleted "
+                    "while it was being copied"
+                )
+            if isinstance(source, WritesWithPaths):
                 writes: Sequence[TaskWrite] = source.get_writes(config)
             else:
                 writes = [TaskWrite(t, "", c, v) for t, c, v in tup.pending_writes or []]
-        if refused:
-            raise SerializationError(
-                f"{where}: the source's serde would not rebuild {', '.join(refused)}, so "
-                "its value cannot be copied unchanged; import the module that defines it "
+        found = [
+            Refusal(thread_id, ref.checkpoint_ns, ref.checkpoint_id, channel, reason)
+            for channel, reason in refusals_in(tup, writes)
+        ]
+        if unnamed and not isinstance(source.serde, GuardedSerde):
+            reason = (
+                f"the source's serde would not rebuild {', '.join(dict.fromkeys(unnamed))}, "
+                "so its value cannot be copied unchanged; import the module that defines it "
                 "and try again"
             )
+            found.append(Refusal(thread_id, ref.checkpoint_ns, ref.checkpoint_id, None, reason))
+        if found:
+            refusals.extend(found)
+            yield None
+            continue
         parent = versions.get((ref.checkpoint_ns, ref.parent_id)) if ref.parent_id else None
         changed = new_versions(ref.channel_versions, parent)
         values = tup.checkpoint["channel_values"]
@@ -212,22 +231,3 @@ def read_thread(
             changed,
             writes,
         )
-
-
-@contextlib.contextmanager
-def refused_types() -> Iterator[list[str]]:
-    """Collect, while the block runs in this thread, the names of objects the serde
-    refused to rebuild (it returns their raw data instead)."""
-    refused: list[str] = []
-    owner = threading.get_ident()
-
-    def listen(event: SerdeEvent) -> None:
-        if event["kind"] in _REFUSALS and threading.get_ident() == owner:
-            name = ".".join(filter(None, (event["module"], event["name"], event.get("method"))))
-            refused.append(name)
-
-    unregister = register_serde_event_listener(listen)
-    try:
-        yield refused
-    finally:
-        unregister()

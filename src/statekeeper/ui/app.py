@@ -36,6 +36,7 @@ from statekeeper.errors import (
     AnswerRequiredError,
     ConfigurationError,
     CorruptCheckpointError,
+    InvalidIdError,
     NoPendingInterruptError,
     NothingToResumeError,
     ReadOnlyError,
@@ -46,6 +47,7 @@ from statekeeper.errors import (
     ThreadExistsError,
     ThreadNotFoundError,
 )
+from statekeeper.refs import resolve_checkpoint
 from statekeeper.ui import pages_actions, pages_checkpoint, pages_graph, pages_memory, pages_threads
 from statekeeper.ui.render import Page, environment, respond
 from statekeeper.ui.security import LOOPBACK_HOSTS, Guard, GuardSettings
@@ -68,6 +70,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (ReadOnlyError, 403),
     (StateValidationError, 422),
     (ConfigurationError, 400),
+    (InvalidIdError, 400),  # a malformed or ambiguous checkpoint reference
     (StatekeeperError, 500),
 ]
 
@@ -135,19 +138,21 @@ class Inspector:
         self, thread_id: str, ns: str = "", checkpoint_id: str | None = None
     ) -> CheckpointTuple:
         """The checkpoint ``checkpoint_id`` (default: the newest) of ``thread_id`` in
-        namespace ``ns``.
+        namespace ``ns``: an id or any reference ``statekeeper show`` takes (a unique
+        prefix, ``@STEP``, ``~N``...: :func:`statekeeper.refs.resolve_checkpoint`).
 
         Raises:
             ThreadNotFoundError: there is no such thread or checkpoint.
+            InvalidIdError: the reference is malformed, or ambiguous
+                (``AmbiguousReferenceError``).
         """
-        configurable = {"thread_id": thread_id, "checkpoint_ns": ns}
         if checkpoint_id:
-            configurable["checkpoint_id"] = checkpoint_id
-        tup = self.saver.get_tuple({"configurable": configurable})
+            return resolve_checkpoint(self.saver, thread_id, checkpoint_id, ns=ns)
+        tup = self.saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
         if tup is None:
-            what = f"checkpoint {checkpoint_id!r} in thread" if checkpoint_id else "thread"
             raise ThreadNotFoundError(
-                f"no {what} {thread_id!r}" + (f" (namespace {ns!r})" if ns else "")
+                f"no thread {thread_id!r}" + (f" (namespace {ns!r})" if ns else ""),
+                thread_id=thread_id,
             )
         return tup
 

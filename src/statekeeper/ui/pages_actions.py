@@ -164,6 +164,8 @@ def fork(inspector: Inspector, request: Request, form: Form) -> Page | Response:
     target = form.fields.get("to") or None
     if target is not None and not isinstance(target, str):
         raise ConfigurationError("to must be a thread id")
+    # a reference (prefix, @STEP...) as `statekeeper fork` takes it, to the one id
+    checkpoint_id = inspector.checkpoint(thread_id, "", checkpoint_id).checkpoint["id"]
     values = _edited_values(inspector, form, thread_id, checkpoint_id)
     result = _runner(inspector).fork(
         thread_id,

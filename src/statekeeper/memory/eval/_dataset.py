@@ -62,7 +62,8 @@ class Conversation(BaseModel):
 class Question(BaseModel):
     """A question about one conversation. ``evidence`` lists the ids of the messages
     that hold the answer; it is empty for questions the conversation does not answer.
-    ``answer`` is a reference answer for people reading the dataset (not scored)."""
+    ``answer`` is the gold answer, which the answer evaluation scores (``None``: the
+    question has none; the retrieval evaluation scores ``evidence`` only)."""
 
     model_config = _STRICT
 
