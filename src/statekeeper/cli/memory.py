@@ -147,11 +147,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     from statekeeper.memory.conflicts import supersede_chain
     from statekeeper.memory.notes import Note
 
+    anywhere = args.thread is None and args.namespace is None
     with _store(args) as store:
-        if args.thread is None and args.namespace is None:
-            namespace = _namespace_holding(store, args)
-        else:
-            namespace = _namespace(args)
+        namespace = _namespace_holding(store, args) if anywhere else _namespace(args)
         item = store.get(namespace, args.key)
         if item is None:
             raise _no_note(args, namespace)
@@ -171,15 +169,9 @@ def _namespace_holding(store: Any, args: argparse.Namespace) -> tuple[str, ...]:
     holders: list[tuple[str, ...]] = []
     offset = 0
     while page := store.list_namespaces(limit=_PAGE, offset=offset):
-        holders += [
-            tuple(ns)
-            for ns in page
-            if tuple(ns[: len(LOG_NAMESPACE)]) != LOG_NAMESPACE
-            and store.get(tuple(ns), args.key) is not None
-        ]
-        if len(page) < _PAGE:
-            break
         offset += len(page)
+        logs = [ns for ns in page if tuple(ns[: len(LOG_NAMESPACE)]) == LOG_NAMESPACE]
+        holders += [tuple(ns) for ns in page if ns not in logs and store.get(ns, args.key)]
     if not holders:
         raise _no_note(args, None)
     if len(holders) > 1:
