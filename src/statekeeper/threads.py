@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
-from langgraph.pregel._task_status import read_task_statuses
 
 from statekeeper.errors import ConfigurationError
 
@@ -65,6 +64,9 @@ _START = "__start__"
 _TASKS = "__pregel_tasks"  # Send packets waiting to run
 _RESUME = "__resume__"  # an answer to an interrupt, stored before the task uses it
 _NULL_TASK = "00000000-0000-0000-0000-000000000000"  # writes that are input to the step
+# the writes that say what happened to a task (LangGraph's CONTROL_WRITES): without one,
+# no task of the step raised or waits at an interrupt
+_CONTROL = frozenset(("__interrupt__", "__error__", "__error_source_node__", _RESUME))
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,7 @@ def summarize(tup: CheckpointTuple, *, holder: dict[str, Any] | None = None) -> 
     ``running``."""
     metadata = tup.metadata or {}
     writes = list(tup.pending_writes or ())
-    tasks = read_task_statuses(writes)
+    tasks = _task_statuses(writes)
     waiting = _waiting(writes, tasks)
     next_nodes = pending_nodes(tup.checkpoint) + _triggered_by_input(writes)
     status: Status
@@ -215,6 +217,19 @@ def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
             else:
                 changes.append(Change(channel, "changed", before, after))
     return changes
+
+
+def _task_statuses(writes: list[Any]) -> Mapping[str, Any]:
+    """Each task's status as LangGraph reads it from the step's ``writes``, or nothing
+    when no write is a control write: then no task raised or waits at an interrupt,
+    which is all :func:`summarize` asks. LangGraph's reader lives in ``langgraph.pregel``,
+    whose import costs a second (it brings the runtime and LangSmith), so a listing of
+    threads that wait for nothing never pays it."""
+    if not any(channel in _CONTROL for _, channel, _ in writes):
+        return {}
+    from langgraph.pregel._task_status import read_task_statuses
+
+    return read_task_statuses(writes)
 
 
 def _waiting(writes: list[Any], tasks: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -345,4 +360,4 @@ def interrupts(tup: CheckpointTuple) -> list[Any]:
     waits. The same as :func:`summarize`'s ``interrupts``: those of tasks that have not
     finished, unless the answer is stored already."""
     writes = list(tup.pending_writes or ())
-    return list(_waiting(writes, read_task_statuses(writes)))
+    return list(_waiting(writes, _task_statuses(writes)))

@@ -27,10 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from statekeeper.checkpointers import open_checkpointer
 from statekeeper.cli._common import Commands
 from statekeeper.errors import StatekeeperError
-from statekeeper.threads import pending_nodes
 
 __all__ = ["add_demo", "run_demo"]
 
@@ -109,6 +107,9 @@ def _kill_during_tool(db: str, graph_ref: str, env: dict[str, str]) -> None:
 
 
 def _next_nodes(db: str) -> tuple[str, ...]:
+    from statekeeper.checkpointers import open_checkpointer
+    from statekeeper.threads import pending_nodes
+
     with open_checkpointer(db) as saver:
         tup = saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
     return pending_nodes(tup.checkpoint) if tup else ()
@@ -124,11 +125,15 @@ def _cli(env: dict[str, str], *args: str, expect: int = 0) -> None:
 
 def _clear(url: str) -> None:
     """Forget what an earlier demo copied to ``url``, so the copy can run again."""
+    from statekeeper.checkpointers import open_checkpointer
+
     with open_checkpointer(url) as saver:
         saver.delete_thread(THREAD)
 
 
 def _redis_answers(url: str) -> bool:
+    from statekeeper.checkpointers import open_checkpointer
+
     try:
         with open_checkpointer(url) as saver:
             saver.get_tuple({"configurable": {"thread_id": THREAD}})
