@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from statekeeper import _console
-from statekeeper.cli._common import EXIT, CommandError, Commands, Handler
+from statekeeper.cli._common import EXIT, CommandError, Commands, Handler, report
 from statekeeper.errors import ConfigurationError
 
 __all__ = ["add_memory"]
@@ -61,7 +61,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     none — that hold at ``--as-of``, each with its score and provenance."""
     from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Limits, recall
 
-    with _store(args) as store:
+    with _store(args, read_only=False) as store:
         hits = recall(
             store,
             _namespace(args),
@@ -112,12 +112,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _store(args) as store:
         item = store.get(namespace, args.key)
         if item is None:
-            print(
-                f"statekeeper memory show: no item {args.key!r} in namespace "
-                f"{'/'.join(namespace)!r}",
-                file=sys.stderr,
-            )
-            return EXIT["not_found"]
+            missing = f"no item {args.key!r} in namespace {'/'.join(namespace)!r}"
+            return report(args, LookupError(missing), EXIT["not_found"])
         note = Note.from_value(item.value)
         chain = [n.key for n in supersede_chain(store, namespace, args.key)]
     shown = {"key": item.key, "namespace": list(item.namespace), **note.to_value()}
@@ -291,10 +287,16 @@ def _where(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--namespace", metavar="A/B", help="namespace, '/'-separated (default: notes)")
 
 
-def _store(args: argparse.Namespace) -> Any:
-    from statekeeper.memory.store import open_store
+def _store(args: argparse.Namespace, *, read_only: bool = True) -> Any:
+    """The store the command reads. ``read_only``: opened with ``mode=ro`` (unless its
+    URL sets a mode), so reading notes never creates a store, nor its tables in the
+    ``--db`` database. ``memory search`` opens it read-write: it records the recall."""
+    from statekeeper.cli._common import read_only_options
+    from statekeeper.memory.store import known_store_schemes, open_store
 
-    return open_store(args.store or os.environ.get("STATEKEEPER_STORE") or args.db)
+    url = args.store or os.environ.get("STATEKEEPER_STORE") or args.db
+    options = read_only_options(url, known_store_schemes()) if read_only else {}
+    return open_store(url, **options)
 
 
 def _namespace(args: argparse.Namespace) -> tuple[str, ...]:
