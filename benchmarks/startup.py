@@ -107,7 +107,7 @@ def command_lines(keys: list[str], db: str) -> dict[str, tuple[str, list[str]]]:
 
 def _once(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, env=env, check=False)  # noqa: S603
+    done = subprocess.run(argv, capture_output=True, env=env, check=False)
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
@@ -154,9 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated commands to run, from {','.join(COMMANDS)} (default: all)",
     )
     parser.add_argument("--threads", type=int, default=20, help="threads stored (default 20)")
-    parser.add_argument(
-        "--interrupted", action="store_true", help="threads wait at an interrupt()"
-    )
+    parser.add_argument("--interrupted", action="store_true", help="threads wait at an interrupt()")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     args = parser.parse_args(argv)
     keys = [k.strip() for k in args.commands.split(",") if k.strip()]

@@ -259,13 +259,12 @@ def one_message(err: str, code: int) -> None:
 
 
 def _cases(cell: str) -> list[Any]:
-    rows = [
+    return [
         pytest.param(kind, name, id=f"{kind}-{name.replace(' ', '-')}")
         for kind in BACKENDS
         for name, row in ROWS.items()
         if row.reads_db and kind in row.backends and getattr(row, cell) is not None
     ]
-    return rows
 
 
 # -- missing thread, bad reference, bad input: refused, nothing changed -----------------
@@ -279,7 +278,7 @@ def test_a_missing_thread_is_not_found_and_changes_nothing(
     before = snapshot(store)
     words = ROWS[name].missing
     assert words is not None
-    code, out, err = call(*store.argv(words))
+    code, _, err = call(*store.argv(words))
     assert code == EXIT["not_found"], err
     one_message(err, code)
     assert MISSING in err or "no-such-note" in err
@@ -329,9 +328,7 @@ def test_a_bad_input_is_bad_usage_and_changes_nothing(
 # -- --json: what succeeds prints JSON ---------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, id=n.replace(" ", "-")) for n in ROWS]
-)
+@pytest.mark.parametrize("name", [pytest.param(n, id=n.replace(" ", "-")) for n in ROWS])
 def test_json_output_is_json(templates: dict[str, Path], tmp_path: Path, name: str) -> None:
     store = _fresh(templates, "sqlite", tmp_path)
     row = ROWS[name]
@@ -412,7 +409,8 @@ def test_output_into_a_closed_pipe_exits_quietly(
         else:
             expected = EXIT["closed_pipe"] if row.prints else row.code
             # nothing but a command's own note on stderr ("exported 0 items")
-            assert "Traceback" not in err and "Exception" not in err, (name, err)
+            assert "Traceback" not in err, (name, err)
+            assert "Exception" not in err, (name, err)
             assert err.count("\n") <= 1, (name, err)
         assert code == expected, (name, code, err)
 

@@ -95,7 +95,9 @@ def test_help_loads_nothing_heavy() -> None:
     assert "usage: statekeeper" in printed
     assert printed.endswith("exit 0")
     assert _matching(modules, HEAVY) == []
-    assert _matching(modules, ("langgraph", "statekeeper.checkpointers", "statekeeper.threads")) == []
+    assert (
+        _matching(modules, ("langgraph", "statekeeper.checkpointers", "statekeeper.threads")) == []
+    )
 
 
 def test_a_command_help_loads_nothing_heavy() -> None:

@@ -23,7 +23,6 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-
 __all__ = ["Progress", "dumps", "escape", "jsonable", "table"]
 
 _CELL = 60  # widest table cell before it is cut with an ellipsis

@@ -82,9 +82,8 @@ def run_demo(*, workdir: Path, graph_ref: str, redis_url: str | None = None) -> 
 
     _say("4. Move the thread to other backends, and read it back from there")
     targets = [f"file://{workdir}/files"]
-    redis: str | None = own_prefix(redis_url or LOCAL_REDIS)
-    if redis_url is None and not _redis_answers(redis):
-        redis = None
+    chosen = own_prefix(redis_url or LOCAL_REDIS)
+    redis = chosen if redis_url is not None or _redis_answers(chosen) else None
     if redis is not None:
         _say(f"   Redis: under the key prefix {_prefix(redis)!r}, deleted at the end")
         targets.append(redis)
