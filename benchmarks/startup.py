@@ -164,15 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--runs and --threads must be >= 1")
 
     rows = measure(keys, args.runs, args.threads, args.interrupted)
-    kind = "waiting at an interrupt()" if args.interrupted else "finished"
+    kind = "threads waiting at an interrupt()" if args.interrupted else "finished threads"
     params = {"runs": args.runs, "threads": args.threads, "interrupted": args.interrupted}
     if args.json:
         print(as_json(params, rows, ["seconds"]))
     else:
-        print(
-            f"Startup, median of {args.runs} runs; SQLite database of {args.threads} "
-            f"{kind} threads\n"
-        )
+        print(f"Startup, median of {args.runs} runs; SQLite database of {args.threads} {kind}\n")
         print("\n".join(table(rows, COLUMNS, first="command")))
         caption = "Ratios to LangGraph's checkpoint API alone (its import is the floor):"
         commands = [row for row in rows if row["saver"] != "python -c pass"]

@@ -125,19 +125,47 @@ def test_threads_on_sqlite_loads_no_driver_web_framework_or_model(tmp_path: Path
 def test_threads_waiting_at_an_interrupt_load_no_driver_or_model(tmp_path: Path) -> None:
     """A thread waiting at an ``interrupt()`` holds LangGraph's ``Interrupt``, whose
     module brings LangChain's runnables (and LangSmith): still no driver, no web
-    framework, no model."""
+    framework, no model, and not LangGraph's runtime."""
     url = f"sqlite:///{tmp_path}/state.db"
     build_thread(url, "t1")
     modules, printed = _loaded(_MAIN, "threads", "--db", url)
     assert printed.splitlines()[1].split()[:2] == ["t1", "interrupted"]
     assert _matching(modules, NEVER_FOR_SQLITE) == []
+    assert _matching(modules, ("langgraph.pregel",)) == []
 
 
-def test_the_control_writes_are_langgraphs() -> None:
-    """``threads`` skips LangGraph's task-status reader when no write is a control
-    write; the set it checks must be LangGraph's own."""
-    from langgraph.pregel._task_status import CONTROL_WRITES
+def test_threads_reads_task_statuses_as_langgraph_does() -> None:
+    """``statekeeper.threads`` reads a step's writes by LangGraph's rules without
+    importing LangGraph's reader (it brings the runtime): both must agree, on the
+    control channels and on every kind of write."""
+    from langgraph.pregel._task_status import CONTROL_WRITES, read_task_statuses
+    from langgraph.types import Interrupt
 
     from statekeeper import threads
 
     assert frozenset(CONTROL_WRITES) == threads._CONTROL
+    null = "00000000-0000-0000-0000-000000000000"
+    asked, again = Interrupt(value="ok?", id="i1"), Interrupt(value="sure?", id="i2")
+    cases: list[list[tuple[str, str, Any]]] = [
+        [],
+        [("a", "log", ["x"])],
+        [("a", "__interrupt__", [asked])],
+        [("a", "__interrupt__", asked)],  # one interrupt, not in a list
+        [("a", "__interrupt__", [asked, again]), ("a", "__resume__", ["yes"])],
+        [("a", "__interrupt__", [asked]), ("a", "__no_writes__", None)],  # finished
+        [("a", "__error__", ValueError("boom")), ("a", "__error__", KeyError("late"))],
+        [("a", "__error__", ValueError("x")), ("a", "__error_source_node__", "a")],
+        [(null, "__resume__", "yes"), (null, "branch:to:b", None)],  # input, no task
+        [("a", "__interrupt__", [asked]), ("b", "log", ["y"]), ("b", "__interrupt__", [again])],
+        [("a", "__return__", 42)],
+    ]
+    for writes in cases:
+        theirs = read_task_statuses(writes)
+        ours = threads._task_statuses(writes)
+        assert set(ours) == set(theirs), writes
+        for task_id, status in theirs.items():
+            mine = ours[task_id]
+            assert mine.finished == status.finished, writes
+            assert mine.interrupts == status.interrupts, writes
+            assert mine.pending_interrupts == status.pending_interrupts, writes
+            assert mine.error is status.error, writes
