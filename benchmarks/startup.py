@@ -2,7 +2,9 @@
 
 Each command runs ``--runs`` times (default 10) in a fresh process, the commands
 interleaved in a rotating order so none always follows another; the table gives the
-median wall time and its ratio to ``python -c pass`` (the interpreter's own start).
+median wall time, its ratio to ``python -c pass`` (the interpreter's own start), and
+the median CPU time (user + system) of the process, which a loaded machine inflates far
+less than the wall time.
 Rows:
 
 * ``python -c pass``: the interpreter alone, what every ratio is taken against;
@@ -24,6 +26,7 @@ This is a benchmark, not a test: nothing is asserted about the numbers.
 import argparse
 import operator
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,7 +47,11 @@ COMMANDS: dict[str, list[str]] = {
     "diff": ["diff", THREAD, "--db", "{db}"],
     "verify": ["verify", "--db", "{db}"],
 }
-COLUMNS = {"seconds": "median s", "vs_python": "x python -c pass"}
+COLUMNS = {
+    "seconds": "median s",
+    "vs_python": "x python -c pass",
+    "cpu_seconds": "median CPU s",
+}
 
 
 class Steps(TypedDict, total=False):
@@ -105,14 +112,21 @@ def command_lines(keys: list[str], db: str) -> dict[str, tuple[str, list[str]]]:
     return lines
 
 
-def _once(argv: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one run of ``argv``. On a loaded machine
+    the wall time grows with the load; the CPU time stays near a quiet machine's."""
+    cpu, start = _cpu(), time.perf_counter()
     done = subprocess.run(argv, capture_output=True, env=env, check=False)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu() - cpu
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
         raise RuntimeError(said[-1] if said else f"exit status {done.returncode}")
-    return seconds
+    return seconds, cpu
 
 
 def measure(keys: list[str], runs: int, threads: int, interrupted: bool) -> list[Row]:
@@ -125,7 +139,7 @@ def measure(keys: list[str], runs: int, threads: int, interrupted: bool) -> list
             key: {"saver": label, "langgraph": key == "langgraph", "error": None}
             for key, (label, _) in lines.items()
         }
-        samples: dict[str, list[float]] = {key: [] for key in lines}
+        samples: dict[str, list[tuple[float, float]]] = {key: [] for key in lines}
         progress = Progress(runs * len(lines), "processes")
         for i in range(runs):
             for key in rotated(list(lines), i):
@@ -136,10 +150,11 @@ def measure(keys: list[str], runs: int, threads: int, interrupted: bool) -> list
                         rows[key]["error"] = str(exc)
                 progress.advance(note=key)
         progress.close()
-    baseline = statistics.median(samples["python"])
+    baseline = statistics.median(wall for wall, _ in samples["python"])
     for key, row in rows.items():
         if row["error"] is None:
-            row["seconds"] = statistics.median(samples[key])
+            row["seconds"] = statistics.median(wall for wall, _ in samples[key])
+            row["cpu_seconds"] = statistics.median(cpu for _, cpu in samples[key])
             row["vs_python"] = row["seconds"] / baseline if baseline else None
             row["runs"] = len(samples[key])
     return list(rows.values())
@@ -167,13 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     kind = "threads waiting at an interrupt()" if args.interrupted else "finished threads"
     params = {"runs": args.runs, "threads": args.threads, "interrupted": args.interrupted}
     if args.json:
-        print(as_json(params, rows, ["seconds"]))
+        print(as_json(params, rows, ["seconds", "cpu_seconds"]))
     else:
         print(f"Startup, median of {args.runs} runs; SQLite database of {args.threads} {kind}\n")
         print("\n".join(table(rows, COLUMNS, first="command")))
         caption = "Ratios to LangGraph's checkpoint API alone (its import is the floor):"
         commands = [row for row in rows if row["saver"] != "python -c pass"]
-        print("\n".join(ratio_table(commands, {"seconds": "median s"}, caption)))
+        ratio_columns = {"seconds": "median s", "cpu_seconds": "median CPU s"}
+        print("\n".join(ratio_table(commands, ratio_columns, caption)))
     return 0
 
 

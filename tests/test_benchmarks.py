@@ -239,9 +239,12 @@ def test_peak_rss_runs_every_saver_in_a_process_of_its_own(tmp_path: Path) -> No
     assert len(payload["ratios"]) == 3 * 3
 
 
-def test_startup_times_every_inspection_command(tmp_path: Path) -> None:
+def test_startup_times_the_commands_asked_for(tmp_path: Path) -> None:
     out = _run(
-        "startup.py", *("--runs", "1", "--threads", "1", "--interrupted", "--json"), cwd=tmp_path
+        "startup.py",
+        *("--runs", "1", "--threads", "1", "--interrupted", "--commands", "help,threads,show"),
+        "--json",
+        cwd=tmp_path,
     )
     payload = json.loads(out)
     rows = payload["results"]
@@ -250,12 +253,10 @@ def test_startup_times_every_inspection_command(tmp_path: Path) -> None:
         "import langgraph.checkpoint.base",
         "statekeeper --help",
         "statekeeper threads",
-        "statekeeper history t0",
         "statekeeper show t0",
-        "statekeeper diff t0",
-        "statekeeper verify",
     ]
     assert all(r["error"] is None and r["seconds"] > 0 and r["runs"] == 1 for r in rows)
+    assert all(r["cpu_seconds"] > 0 for r in rows[1:])  # the interpreter alone may round to 0
     assert rows[0]["vs_python"] == 1
     assert set(payload["ratios"]) == {
         f"{r['saver']} / import langgraph.checkpoint.base" for r in rows if not r["langgraph"]
