@@ -137,21 +137,31 @@ def test_every_command_is_in_the_matrix() -> None:
     assert sorted(COMMANDS) == sorted([*ROWS, *SKIPPED])
 
 
-def _takes(command: str, option: str) -> bool:
+def _parser(command: str) -> argparse.ArgumentParser:
     sub = build_parser()
     for word in command.split():
         sub = next(
             a.choices[word] for a in sub._actions if isinstance(a, argparse._SubParsersAction)
         )
-    return any(option in action.option_strings for action in sub._actions)
+    return sub
+
+
+def _names_a_checkpoint(action: argparse.Action) -> bool:
+    """An argument that names a checkpoint: ``checkpoint``/``--checkpoint``, a
+    ``FROM``/``TO`` pair, or a ``--from``."""
+    return "checkpoint" in action.dest or action.dest == "from_" or action.metavar == "TO"
 
 
 def test_input_and_checkpoint_cells_cover_every_command_that_takes_them() -> None:
     """A command that takes ``--input`` has a bad-input cell (only ``run`` today); one
-    that names a checkpoint has a bad-reference cell."""
-    assert [c for c in ROWS if _takes(c, "--input")] == ["run"]
-    takes_checkpoint = [c for c in ("show", "diff", "fork") if c in ROWS]
-    assert all(ROWS[c].bad_ref is not None for c in takes_checkpoint)
+    with an argument that names a checkpoint has a bad-reference cell."""
+    parsers = {name: _parser(name) for name in ROWS}
+    takes_input = [
+        n for n, p in parsers.items() if any("--input" in a.option_strings for a in p._actions)
+    ]
+    assert takes_input == ["run"]
+    names_checkpoint = [n for n, p in parsers.items() if any(map(_names_a_checkpoint, p._actions))]
+    assert names_checkpoint == [n for n, row in ROWS.items() if row.bad_ref is not None]
 
 
 # -- the storage every case starts from --------------------------------------------------
