@@ -237,3 +237,27 @@ def test_peak_rss_runs_every_saver_in_a_process_of_its_own(tmp_path: Path) -> No
         assert 0 < row["baseline_mib"] <= row["peak_mib"]
         assert row["workload_mib"] == row["peak_mib"] - row["baseline_mib"]
     assert len(payload["ratios"]) == 3 * 3
+
+
+def test_startup_times_the_commands_asked_for(tmp_path: Path) -> None:
+    out = _run(
+        "startup.py",
+        *("--runs", "1", "--threads", "1", "--interrupted", "--commands", "help,threads,show"),
+        "--json",
+        cwd=tmp_path,
+    )
+    payload = json.loads(out)
+    rows = payload["results"]
+    assert [r["saver"] for r in rows] == [
+        "python -c pass",
+        "import langgraph.checkpoint.base",
+        "statekeeper --help",
+        "statekeeper threads",
+        "statekeeper show t0",
+    ]
+    assert all(r["error"] is None and r["seconds"] > 0 and r["runs"] == 1 for r in rows)
+    assert all(r["cpu_seconds"] > 0 for r in rows[1:])  # the interpreter alone may round to 0
+    assert rows[0]["vs_python"] == 1
+    assert set(payload["ratios"]) == {
+        f"{r['saver']} / import langgraph.checkpoint.base" for r in rows if not r["langgraph"]
+    }

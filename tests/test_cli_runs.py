@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import pytest
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.cli import EXIT, main
+from statekeeper.errors import ReadOnlyError
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "examples.approval_agent:graph"
@@ -219,29 +221,76 @@ def test_export_import_round_trip_and_a_bad_dump_changes_nothing(
     assert cli(capsys, "threads", "--db", third)[0] == EXIT["not_found"]
 
 
-def test_demo_runs_end_to_end(tmp_path: Path) -> None:
-    from tests.redis_servers import REDIS
+def _keys(base: str, prefix: str) -> list[bytes]:
+    from tests.redis_servers import client_for
 
-    redis_url = REDIS.url("standalone")
+    client = client_for(base)
+    try:
+        return sorted(client.scan_iter(match=f"{prefix}*", count=1000))
+    finally:
+        client.close()
+
+
+def test_demo_runs_end_to_end_under_its_own_redis_prefix_and_cleans_up(tmp_path: Path) -> None:
+    from tests.redis_servers import REDIS, client_for
+
+    base = REDIS.standalone()  # no prefix: the demo picks its own
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("STATEKEEPER_DB", None)
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "statekeeper", "demo", "--redis", redis_url],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    finally:
-        REDIS.cleanup(redis_url)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "statekeeper", "demo", "--redis", base],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     out = done.stdout
+    found = re.search(r"under the key prefix '(statekeeper-demo-[0-9a-f]{8})'", out)
+    assert found is not None, out + done.stderr
+    prefix = found.group(1)
+    left = _keys(base, prefix)
+    if left:  # never leave the keys of a failed run behind either
+        client = client_for(base)
+        client.unlink(*left)
+        client.close()
+    assert done.returncode == 0, done.stdout + done.stderr
     assert "killed pid" in out
     assert "ticket-1042  pending  tools" in out  # stopped before the tool step
     assert "status      interrupted" in out
     assert "status      done" in out
     assert out.count("copied 1 thread (") == 2  # file and Redis
+    assert f"deleted the demo's keys under the prefix {prefix!r}" in out
     assert "Done: every step of the run survived the crash and the move." in out
+    assert left == []  # the demo deleted every key it wrote
+
+
+def test_the_demo_keeps_a_prefix_the_url_names() -> None:
+    from statekeeper.cli.demo import own_prefix
+
+    assert own_prefix("redis://h:1/0?prefix=mine") == "redis://h:1/0?prefix=mine"
+    chosen = own_prefix("redis://h:1/2?ttl=5")
+    assert re.fullmatch(r"redis://h:1/2\?ttl=5&prefix=statekeeper-demo-[0-9a-f]{8}", chosen)
+    assert own_prefix("redis://h:1/2") != own_prefix("redis://h:1/2")  # one per run
+
+
+def test_forget_prefix_deletes_the_prefixs_own_keys_once_no_thread_is_left() -> None:
+    from tests.redis_servers import REDIS
+    from tests.test_cli import build_thread
+
+    url = REDIS.url("standalone")
+    prefix = url.rsplit("prefix=", 1)[1]
+    try:
+        build_thread(url, "t1")
+        with open_checkpointer(f"{url}&mode=ro") as saver, pytest.raises(ReadOnlyError):
+            saver.forget_prefix()
+        with open_checkpointer(url) as saver:
+            assert saver.forget_prefix() is False  # a thread is left: nothing deleted
+            assert _keys(REDIS.standalone(), prefix) != []
+            saver.delete_thread("t1")
+            assert _keys(REDIS.standalone(), prefix) != []  # the layout and the registry
+            assert saver.forget_prefix() is True
+        assert _keys(REDIS.standalone(), prefix) == []
+    finally:
+        REDIS.cleanup(url)

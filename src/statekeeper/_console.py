@@ -23,8 +23,6 @@ import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from pydantic import BaseModel
-
 __all__ = ["Progress", "dumps", "escape", "is_terminal", "jsonable", "table"]
 
 _CELL = 60  # widest table cell before it is cut with an ellipsis
@@ -42,6 +40,13 @@ def jsonable(value: Any) -> Any:
 
 def _instance_of(*kinds: type) -> Callable[[Any], bool]:
     return lambda value: isinstance(value, kinds)
+
+
+def _is_model(value: Any) -> bool:
+    """A pydantic model. Asked of ``sys.modules`` rather than imported here: no value can
+    be one unless pydantic is loaded already, and the CLI's start stays free of it."""
+    pydantic = sys.modules.get("pydantic")
+    return pydantic is not None and isinstance(value, pydantic.BaseModel)
 
 
 def _is_message(value: Any) -> bool:
@@ -74,7 +79,7 @@ _CONVERSIONS: tuple[tuple[Callable[[Any], bool], Callable[[Any], Any]], ...] = (
     ),
     (_instance_of(list, tuple, set, frozenset), lambda value: [jsonable(i) for i in value]),
     (_is_message, _message),
-    (_instance_of(BaseModel), lambda value: jsonable(value.model_dump(mode="python"))),
+    (_is_model, lambda value: jsonable(value.model_dump(mode="python"))),
     (_is_dataclass_instance, _fields),
     (
         _instance_of(datetime.datetime, datetime.date, datetime.time),

@@ -30,12 +30,11 @@ LangGraph's ``get_state().next`` is then empty, but the run is not finished, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
-from langgraph.pregel._task_status import read_task_statuses
 
 from statekeeper.errors import ConfigurationError
 
@@ -65,6 +64,10 @@ _START = "__start__"
 _TASKS = "__pregel_tasks"  # Send packets waiting to run
 _RESUME = "__resume__"  # an answer to an interrupt, stored before the task uses it
 _NULL_TASK = "00000000-0000-0000-0000-000000000000"  # writes that are input to the step
+_INTERRUPT = "__interrupt__"  # the interrupts a task raised (its latest)
+_ERROR = "__error__"  # the exception a task raised
+# the writes that say what happened to a task, not what it produced (CONTROL_WRITES)
+_CONTROL = frozenset((_INTERRUPT, _ERROR, "__error_source_node__", _RESUME))
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,7 @@ def summarize(tup: CheckpointTuple, *, holder: dict[str, Any] | None = None) -> 
     ``running``."""
     metadata = tup.metadata or {}
     writes = list(tup.pending_writes or ())
-    tasks = read_task_statuses(writes)
+    tasks = _task_statuses(writes)
     waiting = _waiting(writes, tasks)
     next_nodes = pending_nodes(tup.checkpoint) + _triggered_by_input(writes)
     status: Status
@@ -218,6 +221,46 @@ def diff_values(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change]:
             else:
                 changes.append(Change(channel, "changed", before, after))
     return changes
+
+
+@dataclass(frozen=True)
+class _TaskStatus:
+    finished: bool
+    interrupts: tuple[Any, ...]
+    error: Any
+
+    @property
+    def pending_interrupts(self) -> tuple[Any, ...]:
+        return () if self.finished else self.interrupts
+
+
+def _task_statuses(writes: list[Any]) -> Mapping[str, _TaskStatus]:
+    """Each task's status, read from the step's ``writes`` by LangGraph's rules
+    (``langgraph.pregel._task_status.read_task_statuses``): writes of the null task are
+    input, not a task's; a task finished if and only if it has an output write (any but
+    a control write); its ``__interrupt__`` write holds its latest interrupts, its first
+    ``__error__`` write its error. Read here because importing LangGraph's reader
+    imports ``langgraph.pregel``, the runtime, and costs ``statekeeper threads`` half a
+    second; tests/test_startup.py checks that both read every case alike."""
+    output: dict[str, bool] = {}
+    interrupts: dict[str, list[Any]] = {}
+    errors: dict[str, Any] = {}
+    for task_id, channel, value in writes:
+        if task_id == _NULL_TASK:
+            continue
+        output.setdefault(task_id, False)
+        if channel == _INTERRUPT:
+            interrupts.setdefault(task_id, []).extend(
+                value if isinstance(value, Sequence) else [value]
+            )
+        elif channel == _ERROR:
+            errors.setdefault(task_id, value)
+        elif channel not in _CONTROL:
+            output[task_id] = True
+    return {
+        task_id: _TaskStatus(finished, tuple(interrupts.get(task_id, ())), errors.get(task_id))
+        for task_id, finished in output.items()
+    }
 
 
 def _waiting(writes: list[Any], tasks: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -348,4 +391,4 @@ def interrupts(tup: CheckpointTuple) -> list[Any]:
     waits. The same as :func:`summarize`'s ``interrupts``: those of tasks that have not
     finished, unless the answer is stored already."""
     writes = list(tup.pending_writes or ())
-    return list(_waiting(writes, read_task_statuses(writes)))
+    return list(_waiting(writes, _task_statuses(writes)))

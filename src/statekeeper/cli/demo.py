@@ -11,6 +11,11 @@ output, so the transcript is also a tutorial:
 4. ``copy`` moves the thread to the file backend (and to Redis when one answers), and
    ``history`` reads it back from there, step by step.
 
+In Redis the demo works under a key prefix of its own, ``statekeeper-demo-<random>``
+(printed; a URL that names a ``prefix`` keeps its own), and deletes what it wrote there
+when it is done, even when a step fails: the demo's thread, and then the prefix's own
+keys once no other thread is left under it.
+
 Offline and deterministic: no network (except an optional local Redis), no API key.
 """
 
@@ -25,21 +30,21 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
-from statekeeper.checkpointers import open_checkpointer
 from statekeeper.cli._common import Commands
-from statekeeper.errors import StatekeeperError
-from statekeeper.threads import pending_nodes
+from statekeeper.errors import StatekeeperError, StorageNotFoundError
 
 __all__ = ["add_demo", "run_demo"]
 
 THREAD = "ticket-1042"
 QUESTION = {"messages": [{"role": "user", "content": "Where is my order 1042?"}]}
-# the demo's keys expire after an hour: a walkthrough should not leave data behind
-LOCAL_REDIS = (
-    "redis://127.0.0.1:6379/0?prefix=statekeeper-demo&ttl=3600&retries=0&socket_timeout=0.5"
-)
+# the demo deletes its keys when it is done; they also expire after an hour, should it
+# be killed before that
+LOCAL_REDIS = "redis://127.0.0.1:6379/0?ttl=3600&retries=0&socket_timeout=0.5"
+PREFIX = "statekeeper-demo"
 _KILL_WAIT = 60.0  # seconds to wait for the run to reach its tool step
 
 
@@ -85,17 +90,47 @@ def run_demo(*, workdir: Path, graph_ref: str, redis_url: str | None = None) -> 
 
     _say("4. Move the thread to other backends, and read it back from there")
     targets = [f"file://{workdir}/files"]
-    redis = redis_url or (LOCAL_REDIS if _redis_answers(LOCAL_REDIS) else None)
+    chosen = own_prefix(redis_url or LOCAL_REDIS)
+    redis = chosen if redis_url is not None or _redis_answers(chosen) else None
     if redis is not None:
+        _say(f"   Redis: under the key prefix {_prefix(redis)!r}, deleted at the end")
         targets.append(redis)
     else:
         _say("   (no Redis answered at 127.0.0.1:6379: skipping the Redis copy)")
-    for target in targets:
-        _clear(target)
-        _cli(env, "copy", db, target, "--thread", THREAD)
-    _cli(env, "history", THREAD, "--db", targets[-1])
+    try:
+        for target in targets:
+            _clear(target)
+            _cli(env, "copy", db, target, "--thread", THREAD)
+        _cli(env, "history", THREAD, "--db", targets[-1])
+    finally:
+        if redis is not None:
+            _clean_up(redis)
     _say("Done: every step of the run survived the crash and the move.")
     return 0
+
+
+def own_prefix(url: str) -> str:
+    """``url`` with a key prefix of the demo's own, ``statekeeper-demo-<random>``, unless
+    it names a prefix already."""
+    if _prefix(url) is not None:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}prefix={PREFIX}-{uuid.uuid4().hex[:8]}"
+
+
+def _prefix(url: str) -> str | None:
+    return dict(parse_qsl(urlsplit(url).query)).get("prefix")
+
+
+def _clean_up(url: str) -> None:
+    """Delete the demo's thread at ``url``, then the prefix's own keys when no other
+    thread is left under it (a prefix the demo chose holds nothing else)."""
+    from statekeeper.checkpointers import RedisCheckpointer, open_checkpointer
+
+    with open_checkpointer(url) as saver:
+        saver.delete_thread(THREAD)
+        gone = isinstance(saver, RedisCheckpointer) and saver.forget_prefix()
+    left = "" if gone else " (other threads are left under it)"
+    print(f"   deleted the demo's keys under the prefix {_prefix(url)!r}{left}", flush=True)
 
 
 def _kill_during_tool(db: str, graph_ref: str, env: dict[str, str]) -> None:
@@ -117,6 +152,9 @@ def _kill_during_tool(db: str, graph_ref: str, env: dict[str, str]) -> None:
 
 
 def _next_nodes(db: str) -> tuple[str, ...]:
+    from statekeeper.checkpointers import open_checkpointer
+    from statekeeper.threads import pending_nodes
+
     with open_checkpointer(db) as saver:
         tup = saver.get_tuple({"configurable": {"thread_id": THREAD, "checkpoint_ns": ""}})
     return pending_nodes(tup.checkpoint) if tup else ()
@@ -132,14 +170,21 @@ def _cli(env: dict[str, str], *args: str, expect: int = 0) -> None:
 
 def _clear(url: str) -> None:
     """Forget what an earlier demo copied to ``url``, so the copy can run again."""
+    from statekeeper.checkpointers import open_checkpointer
+
     with open_checkpointer(url) as saver:
         saver.delete_thread(THREAD)
 
 
 def _redis_answers(url: str) -> bool:
+    """Whether a Redis answers at ``url``; asked read-only, so nothing is written."""
+    from statekeeper.checkpointers import open_checkpointer
+
     try:
-        with open_checkpointer(url) as saver:
-            saver.get_tuple({"configurable": {"thread_id": THREAD}})
+        with open_checkpointer(url, mode="ro"):
+            pass
+    except StorageNotFoundError:
+        return True  # it answered: nothing is stored under the demo's prefix yet
     except (StatekeeperError, ImportError):
         return False
     return True

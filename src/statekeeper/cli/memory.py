@@ -29,6 +29,7 @@ from statekeeper.cli._common import (
     command_line,
     info,
     progress,
+    read_only_options,
 )
 from statekeeper.errors import ConfigurationError
 from statekeeper.urls import redact
@@ -162,8 +163,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _namespace_holding(store: Any, args: argparse.Namespace) -> tuple[str, ...]:
-    """The one namespace whose items include the key ``args.key`` (the event log of
-    :mod:`statekeeper.memory.metrics` aside)."""
+    """The one namespace holding the key ``args.key`` (the metrics event log aside)."""
     from statekeeper.memory.metrics import LOG_NAMESPACE
 
     holders: list[tuple[str, ...]] = []
@@ -394,10 +394,8 @@ def _eval_answers(args: argparse.Namespace, dataset: Any, pipeline: Any) -> int:
     budget: int | None = DEFAULT_READER_BUDGET
     if args.reader_budget is not None:
         budget = _reader_budget(args.reader_budget)
-    options: dict[str, Any] = {"pipeline": pipeline, "budget": budget}
-    if args.no_sweep:
-        options["sweep"] = ()
-    settings = AnswerSettings(**options)
+    sweep: dict[str, Any] = {"sweep": ()} if args.no_sweep else {}
+    settings = AnswerSettings(pipeline=pipeline, budget=budget, **sweep)
     reader = reader_from(args.reader)  # before the long run: a bad reader fails at once
     bar = progress("eval --answers")
     try:
@@ -456,9 +454,11 @@ def _where(sub: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from statekeeper.memory.store import open_store
+    """The store, read-only (``mode=ro`` unless its URL sets one): no command creates it."""
+    from statekeeper.memory.store import known_store_schemes, open_store
 
-    return open_store(_store_url(args))
+    url = _store_url(args)
+    return open_store(url, **read_only_options(url, known_store_schemes()))
 
 
 def _store_url(args: argparse.Namespace) -> str:

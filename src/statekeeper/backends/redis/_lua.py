@@ -253,6 +253,16 @@ return n
 
 # KEYS: ns. ARGV: E(ns) to start after ("" = from the first), max namespaces.
 # Reply: the newest ref of each namespace, in namespace order.
+# KEYS: registry, its count (one slot). The registry and its count, once no thread is
+# registered; returns 1 when they are gone, 0 while a thread is left.
+FORGET_REGISTRY = Script(
+    """
+if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+)
+
 NAMESPACES = Script(
     r"""
 local out, after = {}, ARGV[1]

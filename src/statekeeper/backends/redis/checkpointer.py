@@ -308,6 +308,23 @@ class RedisCheckpointer(Checkpointer):
             self._writable("repair the indexes")
         return self._conn.run(Verify(self._plans, self.serde).everything(repair=repair))
 
+    def forget_prefix(self) -> bool:
+        """Delete the prefix's own keys (its layout version, its registry of threads and
+        the registry's count) once no thread is left under it, so a throwaway prefix
+        (a demo's, a test's) leaves no key behind; ``False``, with nothing deleted,
+        while a thread is. A writer that opens the prefix meanwhile stores the layout
+        again. Delete the threads first (:meth:`delete_thread`).
+
+        Raises:
+            ReadOnlyError: on a checkpointer opened read-only.
+        """
+        self._writable("forget the prefix")
+        registry = (self._plans.registry, self._plans.counter)
+        if not self._conn.run(_forget(registry)):
+            return False
+        self._conn.run(_delete(f"{self.prefix}:layout".encode()))
+        return True
+
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
     def _commit_put(self, prepared: PreparedPut) -> None:
@@ -403,3 +420,11 @@ def _thread(config: RunnableConfig | None) -> str | None:
 def _many(threads: Sequence[str] | str | None) -> Sequence[str] | None:
     """One thread id, several, or ``None`` (any thread) as what ``explain`` takes."""
     return (threads,) if isinstance(threads, str) else threads
+
+
+def _forget(registry: tuple[bytes, bytes]) -> Op[bool]:
+    return bool((yield Eval(lua.FORGET_REGISTRY, registry, ())))
+
+
+def _delete(key: bytes) -> Op[None]:
+    yield Cmd(("DEL", key))
