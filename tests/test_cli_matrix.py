@@ -95,7 +95,7 @@ ROWS: dict[str, Row] = {
     ),
     "export": Row(("export",), missing=("export", "--thread", MISSING)),
     "import": Row(("import", "{dump}"), writes=True),
-    "prune": Row(("prune", "t1"), missing=("prune", MISSING), writes=True),
+    "prune": Row(("prune", "t1", "--yes"), missing=("prune", MISSING, "--yes"), writes=True),
     "verify": Row(("verify",)),
     "migrate": Row(("migrate", "t1"), missing=("migrate", MISSING), writes=True),
     # a note search records the recall; opened read-only, it cannot, and says so
@@ -110,6 +110,7 @@ ROWS: dict[str, Row] = {
     "memory export": Row(("memory", "export"), prints=False, backends=STORE),  # no notes
     "memory eval": Row(("memory", "eval", str(DATASET)), reads_db=False),
     "graph": Row(("graph", AGENT), reads_db=False),
+    "completion": Row(("completion", "bash"), reads_db=False),
 }
 
 SKIPPED = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from statekeeper import _console
 from statekeeper.cli._common import EXIT, Commands
 
 __all__ = ["SHELLS", "add_completion", "completion_script"]
@@ -31,8 +32,13 @@ def add_completion(commands: Commands) -> None:
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    """Print the completion script for ``args.shell`` on stdout."""
-    print(completion_script(args.shell), end="")
+    """Print the completion script for ``args.shell`` on stdout (with ``--json``, as
+    ``{"shell", "script"}``, like every command's output)."""
+    script = completion_script(args.shell)
+    if args.json:
+        print(_console.dumps({"shell": args.shell, "script": script}))
+    else:
+        print(script, end="")
     return EXIT["ok"]
 
 
