@@ -61,6 +61,13 @@ BACKENDS: tuple[Backend, ...] = (
         "RedisStore",
         driver="redis",
     ),
+    Backend(
+        "postgres",
+        ("postgres", "postgresql"),
+        "PostgresCheckpointer",
+        "PostgresStore",
+        driver="psycopg",
+    ),
 )
 
 Component = Literal["checkpointer", "store"]
