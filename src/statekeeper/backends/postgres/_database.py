@@ -150,11 +150,19 @@ class Database:
             raise self.error(exc, False) from exc
         return conn
 
+    def _settings(self) -> sql.Composed:
+        # Statements are prepared after a few runs (psycopg's prepare_threshold); a generic
+        # plan then saves planning the long put statement at every call, which costs more
+        # than running it (every lookup is by primary key, so the generic plan is as good).
+        return sql.SQL("SET search_path TO {}; SET plan_cache_mode TO force_generic_plan").format(
+            sql.Identifier(self.schema)
+        )
+
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        conn.execute(self._settings())
 
     async def _aconfigure(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
+        await conn.execute(self._settings())
 
     @property
     def schema(self) -> str:
