@@ -270,9 +270,14 @@ class Database:
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
-                if attempt + 1 < attempts and _lost(exc):
-                    logger.info("connection to %s lost; retrying: %s", self.display, exc)
-                    continue
+                if _lost(exc):
+                    # the server may have dropped the pool's other connections too: check
+                    # the idle ones now, so neither the retry nor the next call gets one
+                    with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
+                        self._pool.check()
+                    if attempt + 1 < attempts:
+                        logger.info("connection to %s lost; retrying: %s", self.display, exc)
+                        continue
                 raise self.error(exc, write) from exc
             except psycopg.Error as exc:
                 raise self.error(exc, write) from exc
@@ -294,9 +299,12 @@ class Database:
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
-                if attempt + 1 < attempts and _lost(exc):
-                    logger.info("connection to %s lost; retrying: %s", self.display, exc)
-                    continue
+                if _lost(exc):
+                    with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
+                        await pool.check()
+                    if attempt + 1 < attempts:
+                        logger.info("connection to %s lost; retrying: %s", self.display, exc)
+                        continue
                 raise self.error(exc, write) from exc
             except psycopg.Error as exc:
                 raise self.error(exc, write) from exc
