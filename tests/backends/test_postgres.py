@@ -122,10 +122,10 @@ def test_opening_creates_the_schema_once_and_records_each_component(url: str) ->
 
 def test_processes_opening_a_new_schema_at_once_all_succeed(url: str) -> None:
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r})\n"
         "from statekeeper.checkpointers import open_checkpointer\n"
-        "open_checkpointer(%r).close(); print('ok')\n"
-    ) % (str(ROOT / "src"), url)
+        f"open_checkpointer({url!r}).close(); print('ok')\n"
+    )
     children = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         for _ in range(4)
