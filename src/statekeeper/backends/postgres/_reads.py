@@ -42,6 +42,7 @@ from statekeeper.backends.postgres._schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,
     N_CHECKPOINT,
+    SELECT_CHAIN,
     SELECT_FULL,
     SELECT_VALUE,
     VALUE_COLUMNS,
@@ -200,13 +201,20 @@ class Reader:
             memo[memo_key] = remembered.data
             return remembered.data
         chain, below = [wanted], None
+        links: list[Row] | None = None  # the rows below, read in one statement when needed
         while chain[-1].base is not None:
             below = memo.get((*key, wanted.channel, chain[-1].base))
             if below is not None:
                 break
+            if links is None:
+                params = {"t": key[0], "ns": key[1], "ch": wanted.channel}
+                links = yield Q(SELECT_CHAIN, {**params, "ver": chain[-1].base, "max": MAX_CHAIN})
+                links.reverse()
             base = None
-            if len(chain) <= MAX_CHAIN:
-                base = yield Q(SELECT_VALUE, (*key, wanted.channel, chain[-1].base), "one")
+            if len(chain) <= MAX_CHAIN and links:
+                base = links.pop()
+                if tuple(base[:2]) != (wanted.channel, chain[-1].base):
+                    base = None
             if base is None:
                 reason = (
                     "its chain of deltas is longer than any written"

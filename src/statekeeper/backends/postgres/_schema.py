@@ -128,8 +128,9 @@ CHECKPOINT_COLUMNS = ", ".join(
 )
 # The checkpoints with their writes digests (alias c; use with CHECKPOINT_COLUMNS).
 CHECKPOINTS = (
-    "checkpoints c LEFT JOIN write_counts wc ON wc.thread_id = c.thread_id"
-    " AND wc.checkpoint_ns = c.checkpoint_ns AND wc.checkpoint_id = c.checkpoint_id"
+    "checkpoints c LEFT JOIN LATERAL (SELECT writes_count, writes_sum FROM write_counts"
+    " WHERE thread_id = c.thread_id AND checkpoint_ns = c.checkpoint_ns"
+    " AND checkpoint_id = c.checkpoint_id OFFSET 0) wc ON true"
 )
 # A value row: channel, version, type, codec, blob, base_version, crc, row_crc.
 VALUE_COLUMNS = "channel, version, type, codec, blob, base_version, crc, row_crc"
@@ -147,17 +148,32 @@ def _aggregated(alias: str, columns: str) -> str:
 SELECT_FULL = (
     f"SELECT {CHECKPOINT_COLUMNS}, v.*, w.* FROM {CHECKPOINTS}"  # noqa: S608 - constants
     f" CROSS JOIN LATERAL (SELECT {_aggregated('b', VALUE_COLUMNS)}"
-    " FROM unnest(c.channels, c.versions) AS x(channel, version) JOIN blobs b"
-    " ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns"
-    " AND b.channel = x.channel AND b.version = x.version) v"
+    " FROM unnest(c.channels, c.versions) AS x(channel, version) CROSS JOIN LATERAL"
+    " (SELECT * FROM blobs WHERE thread_id = c.thread_id AND checkpoint_ns = c.checkpoint_ns"
+    " AND channel = x.channel AND version = x.version OFFSET 0) b) v"
     f" CROSS JOIN LATERAL (SELECT {_aggregated('ws', WRITE_COLUMNS)} FROM writes ws"
     " WHERE ws.thread_id = c.thread_id AND ws.checkpoint_ns = c.checkpoint_ns"
     " AND ws.checkpoint_id = c.checkpoint_id) w"
+)
+# A value's delta chain below ``version`` (that version first), nearest base first, down
+# to a full copy or MAX_CHAIN + 1 links, in one statement.
+SELECT_CHAIN = (
+    f"WITH RECURSIVE chain AS (SELECT {VALUE_COLUMNS}, 1 AS depth FROM blobs"  # noqa: S608
+    " WHERE thread_id = %(t)s AND checkpoint_ns = %(ns)s AND channel = %(ch)s"
+    " AND version = %(ver)s UNION ALL SELECT "
+    + ", ".join(f"b.{col.strip()}" for col in VALUE_COLUMNS.split(","))
+    + ", chain.depth + 1 FROM chain CROSS JOIN LATERAL (SELECT * FROM blobs"  # noqa: S608
+    " WHERE thread_id = %(t)s AND checkpoint_ns = %(ns)s AND channel = chain.channel"
+    " AND version = chain.base_version OFFSET 0) b WHERE chain.depth <= %(max)s)"
+    f" SELECT {VALUE_COLUMNS} FROM chain ORDER BY depth"
 )
 SELECT_VALUE = (
     f"SELECT {VALUE_COLUMNS} FROM blobs"  # noqa: S608
     " WHERE thread_id = %s AND checkpoint_ns = %s AND channel = %s AND version = %s"
 )
+# Lookups of single rows are written as subqueries with OFFSET 0, which the planner runs
+# once per row, by primary key: joined, it may scan every value of the thread instead.
+#
 # put, in one statement (so one round trip and one transaction): store the new values
 # and the checkpoint, and count it in its head -- unless a delta's base no longer holds
 # what the writer remembers (``stale``) or a version is stored already with other content
@@ -169,12 +185,14 @@ WITH v AS (
     %(vrow)s::bigint[], %(vbasecrc)s::bigint[])
     AS v(channel, version, type, codec, blob, base_version, crc, row_crc, base_crc)
 ), stale AS (
-  SELECT v.channel FROM v WHERE v.base_version IS NOT NULL AND NOT EXISTS (
-    SELECT 1 FROM blobs b WHERE b.thread_id = %(t)s AND b.checkpoint_ns = %(ns)s
-      AND b.channel = v.channel AND b.version = v.base_version AND b.crc = v.base_crc)
+  SELECT v.channel FROM v WHERE v.base_version IS NOT NULL AND (
+    SELECT b.crc FROM blobs b WHERE b.thread_id = %(t)s AND b.checkpoint_ns = %(ns)s
+      AND b.channel = v.channel AND b.version = v.base_version OFFSET 0
+  ) IS DISTINCT FROM v.base_crc
 ), clash AS (
-  SELECT v.channel FROM v JOIN blobs b ON b.thread_id = %(t)s AND b.checkpoint_ns = %(ns)s
-    AND b.channel = v.channel AND b.version = v.version
+  SELECT v.channel FROM v CROSS JOIN LATERAL (
+    SELECT b.crc, b.type FROM blobs b WHERE b.thread_id = %(t)s AND b.checkpoint_ns = %(ns)s
+      AND b.channel = v.channel AND b.version = v.version OFFSET 0) b
   WHERE b.crc IS DISTINCT FROM v.crc OR b.type <> v.type
 ), ok AS (
   SELECT NOT EXISTS (SELECT 1 FROM stale) AND NOT EXISTS (SELECT 1 FROM clash) AS ok
@@ -192,8 +210,8 @@ WITH v AS (
     %(metadata)s, %(doc)s::jsonb, %(ch)s::text[], %(ver)s::text[],
     (SELECT count(*) FROM unnest(%(ch)s::text[], %(ver)s::text[]) AS x(channel, version)
       WHERE EXISTS (SELECT 1 FROM v WHERE v.channel = x.channel AND v.version = x.version)
-      OR EXISTS (SELECT 1 FROM blobs b WHERE b.thread_id = %(t)s AND b.checkpoint_ns = %(ns)s
-        AND b.channel = x.channel AND b.version = x.version)),
+      OR (SELECT 1 FROM blobs b WHERE b.thread_id = %(t)s AND b.checkpoint_ns = %(ns)s
+        AND b.channel = x.channel AND b.version = x.version OFFSET 0) IS NOT NULL),
     %(crc)s, %(mcrc)s
   FROM ok WHERE ok.ok
   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
