@@ -5,6 +5,7 @@ what to do, and connections the server drops in the middle of a run. Real server
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import subprocess
 import sys
@@ -260,3 +261,18 @@ def test_a_write_that_cannot_reconnect_fails_cleanly_and_the_run_resumes(url: st
     assert state.count("input 1") == 1
     assert state[:2] == ["input 0", "step 1"]
     assert len(state) == len(set(state))
+
+
+def test_the_async_api_works_from_one_event_loop_after_another(url: str) -> None:
+    async def put_and_read(saver: Any, n: int) -> Any:
+        config = {"configurable": {"thread_id": f"t{n}", "checkpoint_ns": ""}}
+        await saver.aput(config, _checkpoint(), {"n": n}, {})
+        return (await saver.aget_tuple(config)).metadata
+
+    with open_checkpointer(url) as saver:
+        # each asyncio.run has a loop of its own: the saver's asyncio pool follows it
+        assert [asyncio.run(put_and_read(saver, n)) for n in range(3)] == [
+            {"n": 0},
+            {"n": 1},
+            {"n": 2},
+        ]

@@ -103,6 +103,7 @@ class Database:
         self._lock = threading.Lock()
         self._apool: psycopg_pool.AsyncConnectionPool | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self._closing: asyncio.Task[None] | None = None  # an asyncio pool being closed
         kwargs: dict[str, Any] = {"autocommit": True}
         if connection.read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
@@ -335,18 +336,18 @@ class Database:
         return pool
 
     def _close_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
+        """Close an asyncio pool: on its own loop when that is the running one, else (its
+        loop finished, or belongs to another thread) by closing its connections."""
         loop = self._apool_loop
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if loop is not None and loop is running:
-            running.create_task(pool.close())
-        elif loop is not None and not loop.is_closed() and not loop.is_running():
-            loop.run_until_complete(pool.close())
-        else:
-            # its loop is gone: close the connections directly
-            for conn in list(getattr(pool, "_pool", ())):
+            self._closing = running.create_task(pool.close())
+            return
+        for conn in list(getattr(pool, "_pool", ())):
+            with contextlib.suppress(Exception):
                 conn.pgconn.finish()
 
     def read_only_error(self) -> ReadOnlyError:
