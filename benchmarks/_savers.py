@@ -1,6 +1,6 @@
 """The savers the benchmarks compare, each opened fresh and closed after: LangGraph's own
 (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver`` and their async twins) and
-statekeeper's (SQLite, file, Redis), plus the loopback floor. ``BACKENDS`` are the sync
+statekeeper's (SQLite, file, Redis, PostgreSQL), plus the loopback floor. ``BACKENDS`` are the sync
 rows, ``ASYNC_BACKENDS`` the rows an ``ainvoke`` fleet runs on.
 
 Redis is ``$REDIS_URL`` (default the local server; each row works under a fresh key
@@ -183,6 +183,32 @@ def open_langgraph_postgres(_path: Path) -> Iterator[Store]:
         measured.append(int(row["size"]) if row else 0)
 
 
+@contextmanager
+def open_ours_postgres(_path: Path) -> Iterator[Store]:
+    """statekeeper's ``PostgresCheckpointer`` on $POSTGRES_URL, in a schema of its own that
+    is dropped afterwards. Bytes: as for ``PostgresSaver`` (its tables, indexes and TOAST,
+    its migrations table included), measured when the saver closes."""
+    from psycopg import Connection, sql
+
+    from statekeeper.checkpointers import open_checkpointer
+
+    url = postgres_url()
+    schema = f"bench_{uuid.uuid4().hex}"
+    measured: list[int] = []
+    separator = "&" if "?" in url else "?"
+    try:
+        with open_checkpointer(f"{url}{separator}schema={schema}") as saver:
+            yield Store(saver, lambda: measured[0])
+        with Connection.connect(url, autocommit=True) as admin:
+            size = POSTGRES_BYTES.replace("current_schema()", "%s")
+            row = admin.execute(size, (schema,)).fetchone()
+            measured.append(int(row[0]) if row else 0)
+    finally:
+        with Connection.connect(url, autocommit=True) as admin:
+            drop = sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+            admin.execute(drop)
+
+
 class RoundTripFloor(InMemorySaver):
     """``InMemorySaver`` plus one bare ``PING`` round trip to Redis, over a raw socket, per
     ``get_tuple``, ``put`` and ``put_writes``: the cost of a networked saver's round trips
@@ -264,6 +290,7 @@ BACKENDS = [
     Backend("ours", "statekeeper SqliteCheckpointer", open_ours),
     Backend("file", "statekeeper FileCheckpointer", open_ours_file),
     Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis),
+    Backend("pg", "statekeeper PostgresCheckpointer", open_ours_postgres),
 ]
 
 
@@ -328,6 +355,7 @@ ASYNC_BACKENDS = [
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),
     AsyncBackend("redis", "statekeeper RedisCheckpointer", _sync_to_async(open_ours_redis)),
+    AsyncBackend("pg", "statekeeper PostgresCheckpointer", _sync_to_async(open_ours_postgres)),
 ]
 
 

@@ -100,7 +100,7 @@ async def measure(runs: list[Run], conversations: int, turns: int, tmp: Path) ->
     async with contextlib.AsyncExitStack() as stack:
         started = []
         for run in runs:
-            if run.backend.key == "postgres" and (reason := postgres_unreachable()):
+            if run.backend.key in ("postgres", "pg") and (reason := postgres_unreachable()):
                 print(f"skipping {run.row['saver']}: {reason}", file=sys.stderr)
                 run.row["error"] = reason
                 continue

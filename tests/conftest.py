@@ -36,6 +36,17 @@ def _redis_cleanup(url: str) -> None:
     _redis().cleanup(url)
 
 
+def _postgres() -> Any:
+    """The session's PostgreSQL server (tests/postgres_servers.py), found on first use."""
+    from tests.postgres_servers import POSTGRES
+
+    return POSTGRES
+
+
+def _postgres_cleanup(url: str) -> None:
+    _postgres().cleanup(url)
+
+
 BACKENDS = [
     Backend("memory", lambda tmp: "memory://", persistent=False),
     Backend("sqlite", lambda tmp: f"sqlite:///{tmp}/state.db", persistent=True),
@@ -43,6 +54,8 @@ BACKENDS = [
     # each URL has its own key prefix; cleanup deletes its keys (see tests/redis_servers.py)
     Backend("redis", lambda tmp: _redis().url("standalone"), True, _redis_cleanup),
     Backend("redis-cluster", lambda tmp: _redis().url("cluster"), True, _redis_cleanup),
+    # each URL has its own schema; cleanup drops it (see tests/postgres_servers.py)
+    Backend("postgres", lambda tmp: _postgres().url(), True, _postgres_cleanup),
 ]
 
 
@@ -61,12 +74,15 @@ def url(backend: Backend, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="session", autouse=True)
 def _redis_servers() -> Iterator[None]:
-    """Stops the Redis servers the session started and deletes keys tests left behind."""
+    """Stops the Redis servers the session started and deletes keys tests left behind;
+    drops the PostgreSQL schemas tests left behind."""
     yield
     import sys
 
     if "tests.redis_servers" in sys.modules:
         _redis().stop()
+    if "tests.postgres_servers" in sys.modules:
+        _postgres().stop()
 
 
 @pytest.fixture

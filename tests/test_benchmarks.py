@@ -182,12 +182,13 @@ def test_fleet_runs_every_async_saver(tmp_path: Path) -> None:
         "statekeeper SqliteCheckpointer",
         "statekeeper FileCheckpointer",
         "statekeeper RedisCheckpointer",
+        "statekeeper PostgresCheckpointer",
     ]
     for row in rows:
         assert row["error"] is None, row
         assert row["turns_per_s"] > 0
         assert 0 < row["p50_ms"] <= row["p95_ms"]
-    assert len(payload["ratios"]) == 3 * 3
+    assert len(payload["ratios"]) == 4 * 3
 
 
 def test_fleet_skips_postgres_saying_why_when_it_does_not_answer(tmp_path: Path) -> None:
@@ -231,12 +232,13 @@ def test_peak_rss_runs_every_saver_in_a_process_of_its_own(tmp_path: Path) -> No
         "statekeeper SqliteCheckpointer",
         "statekeeper FileCheckpointer",
         "statekeeper RedisCheckpointer",
+        "statekeeper PostgresCheckpointer",
     ]
     for row in rows:
         assert row["error"] is None, row
         assert 0 < row["baseline_mib"] <= row["peak_mib"]
         assert row["workload_mib"] == row["peak_mib"] - row["baseline_mib"]
-    assert len(payload["ratios"]) == 3 * 3
+    assert len(payload["ratios"]) == 4 * 3
 
 
 def test_startup_times_the_commands_asked_for(tmp_path: Path) -> None:

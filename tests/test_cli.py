@@ -138,7 +138,7 @@ def test_unknown_thread_and_checkpoint_exit_3(db: str, capsys: Any) -> None:
 
 
 def test_bad_url_is_a_usage_error(capsys: Any) -> None:
-    code, _, err = run(capsys, "threads", "--db", "postgres://x")
+    code, _, err = run(capsys, "threads", "--db", "mongodb://x")
     assert code == EXIT["usage"]
     assert "sqlite" in err  # the message lists the known schemes
 

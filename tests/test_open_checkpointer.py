@@ -46,7 +46,7 @@ def test_query_options_are_parsed_and_keywords_win(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("postgres://localhost/db", "unknown storage scheme 'postgres://'"),
+        ("mongodb://localhost/db", "unknown storage scheme 'mongodb://'"),
         ("sqlite:/missing-slashes.db", "not a storage URL"),
         ("state.db", "not a storage URL"),
         ("", "not a storage URL"),

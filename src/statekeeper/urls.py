@@ -65,6 +65,13 @@ BACKENDS: tuple[Backend, ...] = (
         "RedisStore",
         driver="redis",
     ),
+    Backend(
+        "postgres",
+        ("postgres", "postgresql"),
+        "PostgresCheckpointer",
+        "PostgresStore",
+        driver="psycopg",
+    ),
 )
 
 

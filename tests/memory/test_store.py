@@ -589,13 +589,15 @@ def test_open_store_urls_and_options(tmp_path: Path) -> None:
         "rediss",
         "redis+cluster",
         "rediss+cluster",
+        "postgres",
+        "postgresql",
     ]
     with open_store(f"sqlite:///{tmp_path}/a/b.db?busy_timeout=2&semantic_weight=0.2") as s:
         assert s.path == f"{tmp_path}/a/b.db"
         assert s.semantic_weight == 0.2
         assert isinstance(s, BaseStore)
     with pytest.raises(ConfigurationError, match="known store schemes") as info:
-        open_store("postgres://x")
+        open_store("mongodb://x")
     for scheme in known_store_schemes():
         assert f"{scheme}://" in str(info.value)
     with pytest.raises(ConfigurationError):

@@ -1,0 +1,132 @@
+"""PostgreSQL: ``postgres://user@host:port/dbname?schema=NAME`` (or ``postgresql://``).
+
+The checkpointer and the memory store may share one database and one schema: each records
+its own migrations there (:mod:`._database`). Only this package imports ``psycopg``.
+
+A URL is a libpq connection URI plus statekeeper's own options. Query options that libpq
+knows (``sslmode``, ``sslrootcert``, ``application_name``, ``connect_timeout``,
+``options``, ``target_session_attrs``, ``keepalives``...) go to libpq unchanged; the
+others are the backend's (:data:`POOL_OPTIONS`, plus each class's own).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from statekeeper.errors import ConfigurationError
+from statekeeper.urls import StorageURL, redact
+
+__all__ = ["POOL_OPTIONS", "Connection", "decode_id", "encode_id", "split_options"]
+
+# The options of the connection pools (keyword arguments or URL query options).
+POOL_OPTIONS: dict[str, type] = {
+    "schema": str,
+    "mode": str,
+    "pool_min_size": int,
+    "pool_max_size": int,
+    "pool_timeout": float,
+    "pool_check": bool,
+    "retries": int,
+}
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,62}")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where and how to connect: the libpq connection string (without statekeeper's
+    options), the schema the tables live in, and the pool's settings.
+
+    ``retries``: how many times an operation that failed because the connection was
+    lost is run again on a new connection (0: never). ``pool_check``: each connection
+    is checked (one empty query) when it leaves the pool, so one the server dropped
+    while idle is replaced before it is used."""
+
+    conninfo: str
+    display: str  # the URL without its password, for messages
+    schema: str = "statekeeper"
+    mode: str = "rw"
+    pool_min_size: int = 1
+    pool_max_size: int = 10
+    pool_timeout: float = 30.0
+    pool_check: bool = True
+    retries: int = 1
+
+    @classmethod
+    def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Connection:
+        """The connection a URL names, with the pool ``options`` (already merged from the
+        URL's query and keywords; see :func:`split_options`)."""
+        parts = urlsplit(url.raw)
+        libpq = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in LIBPQ]
+        conninfo = parts._replace(scheme="postgresql", query=urlencode(libpq)).geturl()
+        made = cls(conninfo, redact(url.raw).split("?", 1)[0], **dict(options))
+        made.check()
+        return made
+
+    def check(self) -> None:
+        """Raise :class:`ConfigurationError` for a bad schema name or pool setting."""
+        if not isinstance(self.schema, str) or not _IDENTIFIER.fullmatch(self.schema):
+            raise ConfigurationError(
+                "schema must be a name of letters, digits, _, . and - that starts with a "
+                f"letter or _, at most 63 characters, got {self.schema!r}"
+            )
+        if self.mode not in ("rw", "ro"):
+            raise ConfigurationError(f"mode must be one of rw, ro, got {self.mode!r}")
+        if not self.pool_max_size > 0 or not 0 <= self.pool_min_size <= self.pool_max_size:
+            raise ConfigurationError(
+                "pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
+                f"pool_max_size >= 1, got {self.pool_min_size} and {self.pool_max_size}"
+            )
+        if not self.pool_timeout > 0 or not 0 <= self.retries <= 10:
+            raise ConfigurationError(
+                "pool_timeout must be > 0 seconds and retries between 0 and 10, got "
+                f"{self.pool_timeout!r} and {self.retries!r}"
+            )
+
+    @property
+    def read_only(self) -> bool:
+        return self.mode == "ro"
+
+
+# libpq's connection parameters: passed through from a URL's query as they are.
+LIBPQ = frozenset(
+    """service user password passfile channel_binding connect_timeout dbname host hostaddr
+    port client_encoding options application_name fallback_application_name keepalives
+    keepalives_idle keepalives_interval keepalives_count tcp_user_timeout sslmode
+    sslnegotiation sslcompression sslcert sslkey sslcertmode sslpassword sslrootcert sslcrl
+    sslcrldir sslsni requirepeer require_auth min_protocol_version max_protocol_version
+    ssl_min_protocol_version ssl_max_protocol_version gssencmode krbsrvname gsslib
+    gssdelegation target_session_attrs load_balance_hosts""".split()  # noqa: SIM905
+)
+
+
+def split_options(url: StorageURL) -> dict[str, str]:
+    """A URL's query options without libpq's (those travel in the connection string)."""
+    return {k: v for k, v in url.options.items() if k not in LIBPQ}
+
+
+# -- ids as stored ----------------------------------------------------------------------
+# PostgreSQL text cannot hold NUL, and ids may. Stored ids use an order-preserving code:
+# U+0000 -> U+0001 U+0001, U+0001 -> U+0001 U+0002, every other character as itself. It is
+# prefix-free and monotone per character, so stored ids sort (COLLATE "C": by code
+# point) exactly as the ids do, and every id without those two characters is stored
+# as it is.
+
+_ESCAPED = re.compile("\x01(.)", re.DOTALL)
+
+
+def encode_id(value: str) -> str:
+    """An id as stored (see above)."""
+    if "\x00" in value or "\x01" in value:
+        return value.replace("\x01", "\x01\x02").replace("\x00", "\x01\x01")
+    return value
+
+
+def decode_id(value: str) -> str:
+    """The id a stored id stands for; inverse of :func:`encode_id`."""
+    if "\x01" in value:
+        return _ESCAPED.sub(lambda m: "\x00" if m[1] == "\x01" else "\x01", value)
+    return value

@@ -1,0 +1,462 @@
+"""PostgreSQL plumbing shared by the checkpointer and the memory store.
+
+One :class:`Database` owns a ``psycopg_pool`` connection pool (and, on first async use,
+an asyncio pool beside it), creates and migrates its component's tables on open, and runs
+operations. Each operation is written once, as a generator that yields :class:`Q`
+requests and receives their rows (:data:`Op`); :meth:`Database.run` executes it on a
+pooled connection, :meth:`Database.arun` on an asyncio one, so the sync and the async
+API never drift apart.
+
+Connections are in autocommit mode: a single statement is its own transaction, and an
+operation that needs several in one transaction yields ``Q(BEGIN)``... ``Q(COMMIT)``;
+if it fails midway, the runner rolls back, so nothing is half-written.
+
+Lost connections: the pool checks a connection before handing it out (optional), and an
+operation that failed because its connection broke (``OperationalError``) is run again,
+from its start, on a new connection (``retries`` times; every operation is idempotent
+except those marked ``retry=False``). One that still fails raises
+:class:`~statekeeper.errors.StorageError` saying what to do; a write that failed was
+rolled back by the server (a transaction on a dropped connection never commits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import threading
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+
+from statekeeper.backends.postgres import Connection
+from statekeeper.errors import (
+    ReadOnlyError,
+    SchemaVersionError,
+    StorageError,
+    StorageNotFoundError,
+)
+
+__all__ = ["BEGIN", "BEGIN_READ", "COMMIT", "Database", "Migration", "Op", "Q", "lock_key"]
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Q:
+    """One statement and its parameters. The reply: the rows (``"all"``), the first row
+    or ``None`` (``"one"``), or the number of rows changed (``"count"``)."""
+
+    sql: str | sql.Composable
+    params: Sequence[Any] | dict[str, Any] | None = None
+    fetch: Literal["all", "one", "count"] = "all"
+    many: bool = False  # params is a sequence of parameter sets (executemany)
+
+
+Op = Generator[Q, Any, T]
+BEGIN = Q("BEGIN", fetch="count")
+# A consistent snapshot for reads of several statements.
+BEGIN_READ = Q("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fetch="count")
+COMMIT = Q("COMMIT", fetch="count")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: ``version`` is applied by running ``statements`` in order."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+def lock_key(*parts: str) -> int:
+    """A signed 64-bit advisory lock key for ``parts`` (SHA-256 based)."""
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class Database:
+    """The tables of one component (``"checkpoints"``, ``"memory"``) in one schema.
+
+    Guarantees: opening creates the schema and migrates it to the newest version
+    idempotently, serialised between processes by a transaction-level advisory lock;
+    a schema written by a newer statekeeper is refused with
+    :class:`~statekeeper.errors.SchemaVersionError`. Read-only (``mode="ro"``): every
+    connection has ``default_transaction_read_only=on``, nothing is created, and a
+    missing schema raises :class:`~statekeeper.errors.StorageNotFoundError`.
+    """
+
+    def __init__(
+        self, connection: Connection, *, component: str, migrations: Sequence[Migration]
+    ) -> None:
+        self.connection = connection
+        self.component = component
+        self.read_only = connection.read_only
+        self._migrations = tuple(sorted(migrations, key=lambda m: m.version))
+        self._closed = False
+        self._lock = threading.Lock()
+        self._apool: psycopg_pool.AsyncConnectionPool | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
+        self._closing: asyncio.Task[None] | None = None  # an asyncio pool being closed
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if connection.read_only:
+            kwargs["options"] = "-c default_transaction_read_only=on"
+        self._kwargs = kwargs
+        try:
+            self._pool = psycopg_pool.ConnectionPool(
+                connection.conninfo,
+                kwargs=self._conn_kwargs(),
+                min_size=connection.pool_min_size,
+                max_size=connection.pool_max_size,
+                timeout=connection.pool_timeout,
+                configure=self._configure,
+                check=psycopg_pool.ConnectionPool.check_connection
+                if connection.pool_check
+                else None,
+                open=False,
+                name=f"statekeeper-{component}",
+            )
+            self._pool.open(wait=False)
+            self.run(lambda: self._migrate(), write=not self.read_only)
+        except BaseException:
+            self.close()
+            raise
+
+    def _conn_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self._kwargs)
+        if "options" in kwargs:
+            # keep any libpq "options" the URL gave, adding ours
+            given = psycopg.conninfo.conninfo_to_dict(self.connection.conninfo).get("options")
+            if given:
+                kwargs["options"] = f"{given} {kwargs['options']}"
+        return kwargs
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pool (a claim holds one for its duration).
+
+        Raises:
+            StorageError: the server cannot be reached.
+        """
+        self._check_open()
+        try:
+            conn = psycopg.connect(self.connection.conninfo, **self._conn_kwargs())
+            self._configure(conn)
+        except psycopg.Error as exc:
+            raise self.error(exc, False) from exc
+        return conn
+
+    def _settings(self) -> sql.Composed:
+        # Statements are prepared after a few runs (psycopg's prepare_threshold); a generic
+        # plan then saves planning the long put statement at every call, which costs more
+        # than running it (every lookup is by primary key, so the generic plan is as good).
+        return sql.SQL("SET search_path TO {}; SET plan_cache_mode TO force_generic_plan").format(
+            sql.Identifier(self.schema)
+        )
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(self._settings())
+
+    async def _aconfigure(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(self._settings())
+
+    @property
+    def schema(self) -> str:
+        return self.connection.schema
+
+    @property
+    def display(self) -> str:
+        return f"{self.connection.display} (schema {self.schema!r})"
+
+    # -- migrations --------------------------------------------------------------------
+
+    def _migrate(self) -> Op[None]:
+        """Create the schema and bring the component's tables to the newest version, in
+        one transaction holding an advisory lock (two processes opening at once take
+        turns); read-only, only check the recorded version."""
+        latest = self._migrations[-1].version if self._migrations else 0
+        schema = sql.Identifier(self.schema)
+        table = sql.SQL("{}.statekeeper_migrations").format(schema)
+        if self.read_only:
+            found = yield Q(
+                "SELECT to_regclass(%s)", (f'"{self.schema}".statekeeper_migrations',), "one"
+            )
+            current = 0
+            if found[0] is not None:
+                current = yield from self._recorded(table)
+            if current == 0:
+                raise StorageNotFoundError(
+                    f"no statekeeper {self.component} in {self.display}: nothing was ever "
+                    "stored there (opened read-only, so nothing was created); check the "
+                    "database and the schema option"
+                )
+            self._check_version(current, latest)
+            if current < latest:
+                raise SchemaVersionError(
+                    f"the {self.component} schema in {self.display} is version {current}, "
+                    f"older than this statekeeper's ({latest}); open it read-write once to "
+                    "migrate it"
+                )
+            return
+        yield BEGIN
+        # The migration is one transaction: if a crash loses it, it runs again whole.
+        yield Q("SET LOCAL synchronous_commit = off", fetch="count")
+        yield Q("SELECT pg_advisory_xact_lock(%s)", (lock_key("statekeeper-migrate", self.schema),))
+        yield Q(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema), fetch="count")
+        yield Q(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (component text NOT NULL, version integer NOT NULL,"
+                " description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(),"
+                " PRIMARY KEY (component, version))"
+            ).format(table),
+            fetch="count",
+        )
+        current = yield from self._recorded(table)
+        self._check_version(current, latest)
+        for migration in self._migrations:
+            if migration.version <= current:
+                continue
+            for statement in migration.statements:
+                yield Q(statement, fetch="count")
+            yield Q(
+                sql.SQL(
+                    "INSERT INTO {} (component, version, description) VALUES (%s, %s, %s)"
+                ).format(table),
+                (self.component, migration.version, migration.description),
+                "count",
+            )
+        yield COMMIT
+
+    def _recorded(self, table: sql.Composable) -> Op[int]:
+        row = yield Q(
+            sql.SQL("SELECT max(version) FROM {} WHERE component = %s").format(table),
+            (self.component,),
+            "one",
+        )
+        return int(row[0] or 0)
+
+    def _check_version(self, current: int, latest: int) -> None:
+        if current > latest:
+            raise SchemaVersionError(
+                f"the {self.component} schema in {self.display} is version {current}, "
+                f"written by a newer statekeeper (this one understands up to version "
+                f"{latest}); upgrade statekeeper to open it"
+            )
+
+    # -- running operations ------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(
+                f"the PostgreSQL {self.component} in {self.display} is closed; open a new "
+                "checkpointer or store"
+            )
+
+    def run(self, make: Callable[[], Op[T]], *, write: bool = False, retry: bool = True) -> T:
+        """Run the operation ``make()`` returns on a pooled connection (see the module
+        docstring for transactions and retries)."""
+        self._check_open()
+        if write and self.read_only:
+            raise self.read_only_error()
+        attempts = 1 + (self.connection.retries if retry else 0)
+        for attempt in range(attempts):
+            try:
+                with self._pool.connection() as conn:
+                    return _drive(conn, make())
+            except psycopg_pool.PoolTimeout as exc:
+                raise self.error(exc, write) from exc
+            except psycopg.OperationalError as exc:
+                if _lost(exc):
+                    # the server may have dropped the pool's other connections too: check
+                    # the idle ones now, so neither the retry nor the next call gets one
+                    with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
+                        self._pool.check()
+                    if attempt + 1 < attempts:
+                        logger.info("connection to %s lost; retrying: %s", self.display, exc)
+                        continue
+                raise self.error(exc, write) from exc
+            except psycopg.Error as exc:
+                raise self.error(exc, write) from exc
+        raise AssertionError("unreachable")
+
+    async def arun(
+        self, make: Callable[[], Op[T]], *, write: bool = False, retry: bool = True
+    ) -> T:
+        """:meth:`run` on the asyncio pool of the running event loop."""
+        self._check_open()
+        if write and self.read_only:
+            raise self.read_only_error()
+        pool = await self._async_pool()
+        attempts = 1 + (self.connection.retries if retry else 0)
+        for attempt in range(attempts):
+            try:
+                async with pool.connection() as conn:
+                    return await _adrive(conn, make())
+            except psycopg_pool.PoolTimeout as exc:
+                raise self.error(exc, write) from exc
+            except psycopg.OperationalError as exc:
+                if _lost(exc):
+                    with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
+                        await pool.check()
+                    if attempt + 1 < attempts:
+                        logger.info("connection to %s lost; retrying: %s", self.display, exc)
+                        continue
+                raise self.error(exc, write) from exc
+            except psycopg.Error as exc:
+                raise self.error(exc, write) from exc
+        raise AssertionError("unreachable")
+
+    async def _async_pool(self) -> psycopg_pool.AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        if self._apool is not None and self._apool_loop is loop:
+            return self._apool
+        old, self._apool = self._apool, None
+        if old is not None:
+            # a pool of another (finished) event loop cannot be used here: drop it
+            self._close_async_pool(old)
+        c = self.connection
+        pool = psycopg_pool.AsyncConnectionPool(
+            c.conninfo,
+            kwargs=self._conn_kwargs(),
+            min_size=c.pool_min_size,
+            max_size=c.pool_max_size,
+            timeout=c.pool_timeout,
+            configure=self._aconfigure,
+            check=psycopg_pool.AsyncConnectionPool.check_connection if c.pool_check else None,
+            open=False,
+            name=f"statekeeper-{self.component}-async",
+        )
+        await pool.open(wait=False)
+        self._apool, self._apool_loop = pool, loop
+        return pool
+
+    def _close_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
+        """Close an asyncio pool: on its own loop when that is the running one, else (its
+        loop finished, or belongs to another thread) by closing its connections."""
+        loop = self._apool_loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is not None and loop is running:
+            self._closing = running.create_task(pool.close())
+            return
+        for conn in list(getattr(pool, "_pool", ())):
+            with contextlib.suppress(Exception):
+                conn.pgconn.finish()
+
+    def read_only_error(self) -> ReadOnlyError:
+        return ReadOnlyError(
+            f"cannot write to the PostgreSQL {self.component} in {self.display}: it is open "
+            "read-only (mode=ro); open it read-write to change it"
+        )
+
+    def error(self, exc: Exception, write: bool) -> StorageError:
+        """A driver error as a :class:`StorageError` saying what to do."""
+        if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+            return self.read_only_error()
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            return StorageError(
+                f"cannot get a connection to PostgreSQL at {self.display} within "
+                f"{self.connection.pool_timeout:g} s ({exc}); check that the server is up "
+                "and reachable, or raise pool_max_size / pool_timeout"
+            )
+        if isinstance(exc, psycopg.OperationalError):
+            done = (
+                "the write was rolled back, nothing of it was stored; retry it once the "
+                "server answers"
+                if write
+                else "retry once the server answers"
+            )
+            return StorageError(
+                f"lost the connection to PostgreSQL at {self.display}: "
+                f"{str(exc).strip() or type(exc).__name__}; {done}"
+            )
+        return StorageError(f"PostgreSQL error in {self.display}: {str(exc).strip()}")
+
+    def close(self) -> None:
+        """Close the pools. Idempotent; later use raises StorageError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
+        if self._apool is not None:
+            self._close_async_pool(self._apool)
+            self._apool = None
+
+
+def _lost(exc: psycopg.OperationalError) -> bool:
+    """Whether ``exc`` says the connection broke (so a new one may succeed), rather than
+    the statement failing on a working connection (a lock timeout, a cancelled query)."""
+    return not isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
+
+
+def _execute(cur: psycopg.Cursor[Any], q: Q) -> Any:
+    if q.many:
+        cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
+        return cur.rowcount
+    cur.execute(q.sql, q.params)  # type: ignore[arg-type]
+    return _reply(cur, q)
+
+
+def _reply(cur: Any, q: Q) -> Any:
+    if q.fetch == "count":
+        return cur.rowcount
+    if cur.description is None:
+        return [] if q.fetch == "all" else None
+    return cur.fetchall() if q.fetch == "all" else cur.fetchone()
+
+
+def _drive(conn: psycopg.Connection[Any], op: Op[T]) -> T:
+    """Run ``op`` on ``conn``; roll back a transaction it left open by failing."""
+    reply: Any = None
+    try:
+        with conn.cursor() as cur:
+            while True:
+                try:
+                    q = op.send(reply)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                reply = _execute(cur, q)
+    except BaseException:
+        op.close()
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
+    reply: Any = None
+    try:
+        async with conn.cursor() as cur:
+            while True:
+                try:
+                    q = op.send(reply)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                if q.many:
+                    await cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
+                    reply = cur.rowcount
+                else:
+                    await cur.execute(q.sql, q.params)  # type: ignore[arg-type]
+                    if q.fetch == "count":
+                        reply = cur.rowcount
+                    elif cur.description is None:
+                        reply = [] if q.fetch == "all" else None
+                    else:
+                        reply = await (cur.fetchall() if q.fetch == "all" else cur.fetchone())
+    except BaseException:
+        op.close()
+        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("ROLLBACK")
+        raise

@@ -1,0 +1,278 @@
+"""The PostgreSQL backend beyond the shared suites: URLs and their options, the schema and
+its migrations (also from several processes at once), read-only opening, errors that say
+what to do, and connections the server drops in the middle of a run. Real server only
+(``tests/postgres_servers.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langgraph.graph import END, START, StateGraph
+
+from statekeeper.checkpointers import open_checkpointer
+from statekeeper.errors import (
+    ConfigurationError,
+    ReadOnlyError,
+    SchemaVersionError,
+    StorageError,
+    StorageNotFoundError,
+)
+from statekeeper.memory.store import open_store
+from tests.postgres_servers import POSTGRES, connect
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    made = POSTGRES.url()
+    yield made
+    POSTGRES.cleanup(made)
+
+
+def _schema(url: str) -> str:
+    return url.rsplit("schema=", 1)[1].split("&", 1)[0]
+
+
+def _config(thread_id: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread_id}}
+
+
+# -- URLs and options ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("suffix", "message"),
+    [
+        ("&schema2=x", "unknown PostgreSQL option 'schema2'"),
+        ("&pool_max_size=0", "pool sizes must satisfy"),
+        ("&retries=soon", "retries must be a number"),
+        ("&mode=rx", "mode must be one of rw, ro"),
+    ],
+)
+def test_bad_options_are_configuration_errors(url: str, suffix: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        open_checkpointer(url + suffix)
+
+
+@pytest.mark.parametrize("schema", ["1abc", 'a"b', "a;drop", "", "x" * 64, "a b"])
+def test_a_schema_that_is_not_a_plain_name_is_refused(schema: str) -> None:
+    base = POSTGRES.base()
+    with pytest.raises(ConfigurationError, match="schema must be"):
+        open_checkpointer(f"{base}?schema={schema}")
+
+
+def test_both_schemes_open_the_same_schema_and_libpq_options_reach_the_server(url: str) -> None:
+    name = f"sk-{uuid.uuid4().hex[:8]}"
+    libpq = f"&application_name={name}&sslmode=disable&connect_timeout=5"
+    with open_checkpointer(url + libpq) as saver:
+        saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            _checkpoint(),
+            {"step": 1},
+            {},
+        )
+        with connect(url) as conn:
+            seen = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+        assert seen is not None
+        assert seen[0] >= 1
+    with open_checkpointer(url.replace("postgres://", "postgresql://", 1)) as again:
+        assert again.get_tuple(_config("t")) is not None
+
+
+def _checkpoint() -> Any:
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    return empty_checkpoint()
+
+
+def test_an_unreachable_server_is_a_storage_error_without_the_password() -> None:
+    with pytest.raises(StorageError) as info:
+        open_checkpointer(
+            "postgres://postgres:s3cret@127.0.0.1:1/postgres?schema=x&pool_timeout=1"
+            "&connect_timeout=1"
+        )
+    assert "s3cret" not in str(info.value)
+    assert "127.0.0.1:1" in str(info.value)
+
+
+# -- schema and migrations ------------------------------------------------------------------
+
+
+def test_opening_creates_the_schema_once_and_records_each_component(url: str) -> None:
+    for _ in range(2):
+        open_checkpointer(url).close()
+        open_store(url).close()
+    with connect(url) as conn:
+        rows = conn.execute(
+            f'SELECT component, version FROM "{_schema(url)}".statekeeper_migrations'
+            " ORDER BY component"
+        ).fetchall()
+    assert rows == [("checkpoints", 1), ("memory", 1)]
+
+
+def test_processes_opening_a_new_schema_at_once_all_succeed(url: str) -> None:
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT / 'src')!r})\n"
+        "from statekeeper.checkpointers import open_checkpointer\n"
+        f"open_checkpointer({url!r}).close(); print('ok')\n"
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    outputs = [child.communicate(timeout=120)[0] for child in children]
+    assert [child.returncode for child in children] == [0] * 4
+    assert outputs == ["ok\n"] * 4
+    with connect(url) as conn:
+        (count,) = conn.execute(
+            f'SELECT count(*) FROM "{_schema(url)}".statekeeper_migrations'
+        ).fetchone() or (0,)
+    assert count == 1
+
+
+def test_a_schema_from_a_newer_statekeeper_is_refused_untouched(url: str) -> None:
+    open_checkpointer(url).close()
+    with connect(url) as conn:
+        conn.execute(
+            f'INSERT INTO "{_schema(url)}".statekeeper_migrations'
+            " (component, version, description) VALUES ('checkpoints', 99, 'future')"
+        )
+    with pytest.raises(SchemaVersionError, match="upgrade statekeeper"):
+        open_checkpointer(url)
+
+
+# -- read-only -----------------------------------------------------------------------------
+
+
+def test_read_only_creates_nothing_and_refuses_writes(url: str) -> None:
+    with pytest.raises(StorageNotFoundError, match="nothing was created"):
+        open_checkpointer(url + "&mode=ro")
+    with connect(url) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM pg_namespace WHERE nspname = %s", (_schema(url),)
+        ).fetchone()
+    assert found is None
+    with open_checkpointer(url) as saver:
+        saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, _checkpoint(), {}, {})
+    with open_checkpointer(url + "&mode=ro") as reader:
+        assert reader.read_only
+        assert reader.get_tuple(_config("t")) is not None
+        with pytest.raises(ReadOnlyError):
+            reader.delete_thread("t")
+        with pytest.raises(ReadOnlyError):
+            reader.put(
+                {"configurable": {"thread_id": "u", "checkpoint_ns": ""}}, _checkpoint(), {}, {}
+            )
+        # the server itself refuses writes on its connections, whatever the code asks
+        with pytest.raises(ReadOnlyError):
+            reader._db.run(lambda: _delete_everything(), write=False)
+    with open_checkpointer(url) as saver:
+        assert saver.get_tuple(_config("t")) is not None
+
+
+def _delete_everything() -> Any:
+    from statekeeper.backends.postgres._database import Q
+
+    yield Q("DELETE FROM checkpoints", fetch="count")
+
+
+# -- dropped connections --------------------------------------------------------------------
+
+
+class Counter(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def _counter_graph(saver: Any, during: Any) -> Any:
+    def step(state: Counter) -> dict[str, Any]:
+        n = len(state["log"])
+        during(n)
+        return {"log": [f"step {n}"]}
+
+    builder = StateGraph(Counter)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder.compile(checkpointer=saver)
+
+
+def _terminate(url: str, application_name: str) -> int:
+    """Terminate every server session of ``application_name``; return how many."""
+    with connect(url) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application_name,),
+        ).fetchall()
+    return len(rows)
+
+
+@pytest.mark.parametrize("pool_check", ["true", "false"])
+def test_a_run_survives_the_server_dropping_its_connections(url: str, pool_check: str) -> None:
+    name = f"sk-kill-{uuid.uuid4().hex[:8]}"
+    killed: list[int] = []
+
+    def during(n: int) -> None:
+        if n in (2, 5):  # in the middle of a run: the saver's connections go away
+            killed.append(_terminate(url, name))
+
+    with open_checkpointer(f"{url}&application_name={name}&pool_check={pool_check}") as saver:
+        graph = _counter_graph(saver, during)
+        for turn in range(8):
+            graph.invoke({"log": [f"input {turn}"]}, _config("t"))
+        assert all(killed)
+        state = graph.get_state(_config("t")).values["log"]
+        history = list(saver.list(_config("t")))
+    expected = [entry for turn in range(8) for entry in (f"input {turn}", f"step {2 * turn + 1}")]
+    assert state == expected  # no step lost, none run twice
+    steps = [t.metadata["step"] for t in history]
+    assert steps == sorted(set(steps), reverse=True)  # no checkpoint stored twice
+
+
+def test_a_write_that_cannot_reconnect_fails_cleanly_and_the_run_resumes(url: str) -> None:
+    name = f"sk-kill-{uuid.uuid4().hex[:8]}"
+    kill_at = {3}
+
+    def during(n: int) -> None:
+        if n in kill_at:
+            kill_at.clear()
+            _terminate(url, name)
+
+    options = f"&application_name={name}&pool_check=false&retries=0&pool_min_size=1"
+    with open_checkpointer(url + options) as saver:
+        graph = _counter_graph(saver, during)
+        graph.invoke({"log": ["input 0"]}, _config("t"))
+        with pytest.raises(StorageError, match="lost the connection") as info:
+            graph.invoke({"log": ["input 1"]}, _config("t"), durability="sync")
+        assert "retry" in str(info.value)
+        graph.invoke(None, _config("t"))  # resume where it stopped
+        state = graph.get_state(_config("t")).values["log"]
+    assert state.count("input 1") == 1
+    assert state[:2] == ["input 0", "step 1"]
+    assert len(state) == len(set(state))
+
+
+def test_the_async_api_works_from_one_event_loop_after_another(url: str) -> None:
+    async def put_and_read(saver: Any, n: int) -> Any:
+        config = {"configurable": {"thread_id": f"t{n}", "checkpoint_ns": ""}}
+        await saver.aput(config, _checkpoint(), {"n": n}, {})
+        return (await saver.aget_tuple(config)).metadata
+
+    with open_checkpointer(url) as saver:
+        # each asyncio.run has a loop of its own: the saver's asyncio pool follows it
+        assert [asyncio.run(put_and_read(saver, n)) for n in range(3)] == [
+            {"n": 0},
+            {"n": 1},
+            {"n": 2},
+        ]
