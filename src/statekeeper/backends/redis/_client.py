@@ -34,6 +34,7 @@ from statekeeper.errors import ConfigurationError, ReadOnlyError, StorageError
 from statekeeper.urls import StorageURL, parse_url, redact
 
 __all__ = [
+    "ASYNC_CONNECTIONS",
     "CLAIM_TTL",
     "DRIVER_ERRORS",
     "SCHEMES",
@@ -56,6 +57,11 @@ _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 _BACKOFF = {"base": 0.05, "cap": 1.0}  # waits base * 2**failures: 0.1, 0.2, 0.4, 0.8, 1, 1 s...
 _CERT_REQS = ("none", "optional", "required")
+# Connections an asyncio client opens at most (per Cluster node); more concurrent commands
+# wait for a free one (see RedisTarget.async_client). A Cluster client may open a few more
+# for its own use (refreshing the slot map), outside the requests counted.
+ASYNC_CONNECTIONS = 64
+_CLUSTER_SPARE = 8
 
 # -- options ---------------------------------------------------------------------------
 # How the Redis components reach their server and name their keys, as small immutable
@@ -329,17 +335,41 @@ class RedisTarget:
         )
 
     def async_client(self) -> Any:
-        """An asyncio client, to be used on the event loop that creates it only."""
+        """An asyncio client, to be used on the event loop that creates it only.
+
+        It opens at most :data:`ASYNC_CONNECTIONS` connections (per node of a Cluster),
+        and a command finding them all in use waits for one to come free, up to
+        ``socket_timeout`` seconds: redis-py's own pool raises "Too many connections"
+        instead, which a busy event loop (a hundred ``ainvoke`` at once) reaches. On a
+        standalone server the waiting is the pool's (a ``BlockingConnectionPool``); a
+        Cluster client has no such pool, so :class:`~statekeeper.backends.redis._io.Connection`
+        lets at most ``ASYNC_CONNECTIONS`` requests be under way at once, each holding
+        at most one connection per node, and the client may open a few more
+        (``_CLUSTER_SPARE``) for its own slot-map refreshes."""
         retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), self.retries)
         errors: list[type[Exception]] = [
             redis.exceptions.ConnectionError,
             redis.exceptions.TimeoutError,
         ]
+        common = self._common()
         if self.cluster:
             return redis.asyncio.cluster.RedisCluster(
-                retry=retry, retry_on_error=errors, **self._common()
+                retry=retry,
+                retry_on_error=errors,
+                max_connections=ASYNC_CONNECTIONS + _CLUSTER_SPARE,
+                **common,
             )
-        return redis.asyncio.Redis(db=self.db, retry=retry, retry_on_error=errors, **self._common())
+        tls = common.pop("ssl", False)
+        pool = redis.asyncio.BlockingConnectionPool(
+            max_connections=ASYNC_CONNECTIONS,
+            timeout=self.socket_timeout,
+            connection_class=redis.asyncio.SSLConnection if tls else redis.asyncio.Connection,
+            db=self.db,
+            retry=retry,
+            retry_on_error=errors,
+            **common,
+        )
+        return redis.asyncio.Redis.from_pool(pool)  # closing the client closes the pool
 
     def error(self, exc: BaseException) -> StorageError:
         """``exc`` (from the driver) as a StorageError that names this target: a

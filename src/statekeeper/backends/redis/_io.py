@@ -15,6 +15,7 @@ I/O differs, never the logic. Driver errors leave as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import threading
@@ -25,7 +26,7 @@ from typing import Any, TypeVar
 
 import redis.exceptions
 
-from statekeeper.backends.redis._client import DRIVER_ERRORS, RedisTarget
+from statekeeper.backends.redis._client import ASYNC_CONNECTIONS, DRIVER_ERRORS, RedisTarget
 from statekeeper.errors import StorageError
 
 __all__ = ["Batch", "Call", "Cmd", "Connection", "Emit", "Eval", "Op", "Script", "Stream"]
@@ -122,6 +123,18 @@ def _no_script(reply: Any) -> bool:
     return isinstance(reply, redis.exceptions.NoScriptError)
 
 
+@dataclass(eq=False)
+class _LoopClient:
+    """An event loop's asyncio client, the keeper that closes it, and a Cluster client's
+    gate; ``ready`` is set once the client is ready to use or ``failed`` to be."""
+
+    client: Any
+    keeper: AsyncGenerator[None, None]
+    gate: asyncio.Semaphore | None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: BaseException | None = None
+
+
 class Connection:
     """The clients of one :class:`RedisTarget`: synchronous ones for any thread (on a
     standalone server a free list of single-connection clients, each used by one thread at
@@ -137,9 +150,9 @@ class Connection:
         self._lock = threading.Lock()
         self._closed = False
         self._closing: set[AsyncGenerator[None, None]] = set()
-        self._aclients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
         # On a standalone server, commands borrow a single-connection client from a free
         # list: redis-py's pool checks every connection it hands out with an extra
         # non-blocking read, which costs a GIL hand-off per command in LangGraph's
@@ -290,7 +303,28 @@ class Connection:
             return None, exc
 
     async def _aexecute(self, call: Call) -> Any:
-        client = self._live(await self._async_client())
+        try:
+            client, gate = await self._async_client()
+        except DRIVER_ERRORS as exc:
+            raise self.target.error(exc) from exc
+        self._live(client)
+        if gate is None:  # a standalone client's pool waits for a free connection itself
+            return await self._aexecute_with(client, call)
+        try:
+            async with asyncio.timeout(self.target.socket_timeout):
+                await gate.acquire()
+        except TimeoutError:
+            raise StorageError(
+                f"no free connection to Redis at {self.target.url} within "
+                f"{self.target.socket_timeout} s ({ASYNC_CONNECTIONS} requests under way); "
+                "raise socket_timeout, or make fewer calls at once"
+            ) from None
+        try:
+            return await self._aexecute_with(client, call)
+        finally:
+            gate.release()
+
+    async def _aexecute_with(self, client: Any, call: Call) -> Any:
         try:
             if isinstance(call, Batch):
                 if self.target.cluster and any(isinstance(c, Eval) for c in call.calls):
@@ -320,17 +354,46 @@ class Connection:
             pipe.execute_command(*_command(c))
         return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
-    async def _async_client(self) -> Any:
+    async def _async_client(self) -> tuple[Any, asyncio.Semaphore | None]:
+        """The running loop's asyncio client (``None`` once closed), and for a Cluster
+        the gate that keeps at most ``ASYNC_CONNECTIONS`` requests under way at once
+        (see :meth:`RedisTarget.async_client`).
+
+        The first call on a loop makes the client and readies it (a Cluster client reads
+        its slot map) while later callers wait: redis-py's Cluster client, used by many
+        tasks before it has its slot map, reads it once per task and closes connections
+        the others are still opening."""
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._aclients.get(loop)
-        if entry is None and not self._closed:
-            client = self.target.async_client()
-            keeper = _keeper(client)
-            await keeper.asend(None)  # now the loop closes it when it shuts down
-            with self._lock:
-                entry = self._aclients.setdefault(loop, (client, keeper))
-        return entry[0] if entry is not None else None
+            mine = entry is None and not self._closed
+            if mine:
+                client = self.target.async_client()
+                gate = asyncio.Semaphore(ASYNC_CONNECTIONS) if self.target.cluster else None
+                entry = _LoopClient(client, _keeper(client), gate)
+                self._aclients[loop] = entry
+        if entry is None:
+            return None, None
+        if mine:
+            try:
+                await entry.keeper.asend(None)  # now the loop closes it when it shuts down
+                if self.target.cluster:
+                    await entry.client.initialize()
+            except BaseException as exc:
+                entry.failed = exc
+                with self._lock:
+                    if self._aclients.get(loop) is entry:
+                        del self._aclients[loop]  # the next call starts again
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    await entry.keeper.aclose()
+                raise
+            finally:
+                entry.ready.set()
+        elif not entry.ready.is_set():
+            await entry.ready.wait()
+        if entry.failed is not None:
+            raise StorageError(f"cannot reach Redis at {self.target.url}") from entry.failed
+        return entry.client, entry.gate
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -363,7 +426,8 @@ class Connection:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        for loop, (client, keeper) in aclients:
+        for loop, entry in aclients:
+            client, keeper = entry.client, entry.keeper
             if loop.is_closed():
                 continue
             if loop is running:
@@ -382,7 +446,7 @@ class Connection:
         with self._lock:
             entry = self._aclients.pop(asyncio.get_running_loop(), None)
         if entry is not None:
-            await entry[1].aclose()
+            await entry.keeper.aclose()
         self.close()
 
 
