@@ -16,7 +16,7 @@ import these modules, and importing them is what imports ``redis``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Self
 from urllib.parse import quote, unquote, urlsplit
@@ -41,9 +41,12 @@ __all__ = [
     "RedisCheckpointerOptions",
     "RedisOptions",
     "RedisTarget",
+    "asend",
     "check_prefix",
     "ordered",
     "pack",
+    "packed",
+    "send",
     "split_ordered",
     "tag",
     "unpack",
@@ -192,6 +195,55 @@ def unpack(data: bytes, count: int, start: int = 0) -> tuple[list[bytes], bytes]
     return parts, data[pos:]
 
 
+# -- one command on a bare connection -------------------------------------------------------
+
+
+def packed(args: tuple[Any, ...]) -> bytes:
+    """``args`` (bytes, text or integers) as one RESP command, built in one join."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts += (b"$%d\r\n" % len(data), data, b"\r\n")
+    return b"".join(parts)
+
+
+def send(conn: Any, command: bytes, instead: Callable[[], bytes]) -> Any:
+    """The reply to a packed ``command`` (an ``EVALSHA``) on ``conn``, with the
+    connection's retries; ``instead()`` (its ``EVAL``) is sent when the server does not
+    have the script yet. This is what ``execute_command`` does for a command without a
+    reply callback, minus its per-command pool checks and bookkeeping, which cost more
+    CPU than the round trip on loopback: a script call is most of what a ``put`` costs."""
+
+    def attempt(data: bytes) -> Any:
+        conn.send_packed_command((data,), check_health=False)
+        return conn.read_response()
+
+    def once(data: bytes) -> Any:
+        return conn.retry.call_with_retry(lambda: attempt(data), lambda _: conn.disconnect())
+
+    try:
+        return once(command)
+    except redis.exceptions.NoScriptError:
+        return once(instead())
+
+
+async def asend(conn: Any, command: bytes, instead: Callable[[], bytes]) -> Any:
+    """:func:`send` on an asyncio connection (on an event loop, the client's pool checks
+    and bookkeeping cost about as much of the loop's time as the round trip)."""
+
+    async def attempt(data: bytes) -> Any:
+        await conn.send_packed_command(data, check_health=False)
+        return await conn.read_response()
+
+    async def once(data: bytes) -> Any:
+        return await conn.retry.call_with_retry(lambda: attempt(data), lambda _: conn.disconnect())
+
+    try:
+        return await once(command)
+    except redis.exceptions.NoScriptError:
+        return await once(instead())
+
+
 # -- targets ---------------------------------------------------------------------------------
 
 
@@ -337,15 +389,14 @@ class RedisTarget:
     def async_client(self) -> Any:
         """An asyncio client, to be used on the event loop that creates it only.
 
-        It opens at most :data:`ASYNC_CONNECTIONS` connections (per node of a Cluster),
-        and a command finding them all in use waits for one to come free, up to
-        ``socket_timeout`` seconds: redis-py's own pool raises "Too many connections"
-        instead, which a busy event loop (a hundred ``ainvoke`` at once) reaches. On a
-        standalone server the waiting is the pool's (a ``BlockingConnectionPool``); a
-        Cluster client has no such pool, so :class:`~statekeeper.backends.redis._io.Connection`
-        lets at most ``ASYNC_CONNECTIONS`` requests be under way at once, each holding
-        at most one connection per node, and the client may open a few more
-        (``_CLUSTER_SPARE``) for its own slot-map refreshes."""
+        Requests beyond what its connections can carry wait for one to come free, up to
+        ``socket_timeout`` seconds (redis-py's own pool raises "Too many connections"
+        instead, which a busy event loop — a hundred ``ainvoke`` at once — reaches):
+        :class:`~statekeeper.backends.redis._io.Connection` lets at most
+        :data:`ASYNC_CONNECTIONS` requests of a loop be under way at once, each holding
+        at most one connection per node, and on a standalone server the client's pool
+        (a ``BlockingConnectionPool`` of that size) waits as well. A Cluster client may
+        open a few more connections per node (``_CLUSTER_SPARE``) to refresh its slot map."""
         retry = redis.asyncio.retry.Retry(ExponentialBackoff(**_BACKOFF), self.retries)
         errors: list[type[Exception]] = [
             redis.exceptions.ConnectionError,
