@@ -1,6 +1,7 @@
 """The savers the benchmarks compare, each opened fresh and closed after: LangGraph's own
 (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver`` and their async twins) and
-statekeeper's (SQLite, file, Redis), plus the loopback floor. ``BACKENDS`` are the sync
+statekeeper's (SQLite, file, Redis), plus the loopback floor (and, for the async fleet,
+two floors of scheduling: a yield and a thread hop per call). ``BACKENDS`` are the sync
 rows, ``ASYNC_BACKENDS`` the rows an ``ainvoke`` fleet runs on.
 
 Redis is ``$REDIS_URL`` (default the local server; each row works under a fresh key
@@ -9,6 +10,7 @@ server's ``postgres`` database; each row works in a schema of its own, dropped
 afterwards).
 """
 
+import asyncio
 import os
 import socket
 import sqlite3
@@ -298,6 +300,47 @@ async def aopen_langgraph_postgres(_path: Path) -> AsyncIterator[BaseCheckpointS
             yield saver
 
 
+class YieldingFloor(InMemorySaver):
+    """``InMemorySaver`` whose ``aget_tuple``, ``aput`` and ``aput_writes`` first yield to
+    the event loop once (``await asyncio.sleep(0)``), as any saver that does I/O does:
+    the scheduling part of an async saver's cost, with no storage work at all."""
+
+    async def aget_tuple(self, config: Any) -> Any:
+        await asyncio.sleep(0)
+        return self.get_tuple(config)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0)
+        return self.put(*args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0)
+        self.put_writes(*args, **kwargs)
+
+
+class ThreadHopFloor(InMemorySaver):
+    """``InMemorySaver`` whose ``aget_tuple``, ``aput`` and ``aput_writes`` run its sync
+    methods in a worker thread (``asyncio.to_thread``), as a saver on a blocking driver
+    does: the thread hops alone."""
+
+    async def aget_tuple(self, config: Any) -> Any:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.put, *args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.put_writes, *args, **kwargs)
+
+
+def _plain(cls: type[InMemorySaver]) -> Callable[[Path], Any]:
+    @asynccontextmanager
+    async def aopen(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        yield cls()
+
+    return aopen
+
+
 def _sync_to_async(
     open_sync: Callable[[Path], AbstractContextManager[Store]],
 ) -> Callable[[Path], AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]:
@@ -324,6 +367,12 @@ ASYNC_BACKENDS = [
     AsyncBackend("sqlite", "LangGraph AsyncSqliteSaver", aopen_langgraph_sqlite, langgraph=True),
     AsyncBackend(
         "postgres", "LangGraph AsyncPostgresSaver", aopen_langgraph_postgres, langgraph=True
+    ),
+    AsyncBackend(
+        "yield", "floor: InMemorySaver + 1 await sleep(0) per call", _plain(YieldingFloor)
+    ),
+    AsyncBackend(
+        "hop", "floor: InMemorySaver, each call in a worker thread", _plain(ThreadHopFloor)
     ),
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),
