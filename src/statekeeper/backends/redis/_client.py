@@ -35,6 +35,7 @@ from statekeeper.urls import StorageURL, parse_url, redact
 
 __all__ = [
     "ASYNC_CONNECTIONS",
+    "ASYNC_IO",
     "CLAIM_TTL",
     "DRIVER_ERRORS",
     "SCHEMES",
@@ -65,6 +66,7 @@ _CERT_REQS = ("none", "optional", "required")
 # for its own use (refreshing the slot map), outside the requests counted.
 ASYNC_CONNECTIONS = 64
 _CLUSTER_SPARE = 8
+ASYNC_IO = ("threads", "asyncio")  # RedisCheckpointerOptions.async_io
 
 # -- options ---------------------------------------------------------------------------
 # How the Redis components reach their server and name their keys, as small immutable
@@ -123,11 +125,17 @@ class RedisCheckpointerOptions(RedisOptions):
             (needs ``ttl``).
         claim_ttl: seconds a ``claim_thread`` claim outlives its holder (it is renewed
             every third of that while held, so only a dead or cut-off holder loses it).
+        async_io: how the async API reaches the server: ``"threads"`` (default) runs
+            the sync client in worker threads (``asyncio.to_thread``), ``"asyncio"``
+            uses redis-py's asyncio client on the event loop. Same operations, same
+            guarantees; threads leave the loop free while a reply is parsed, and carry
+            an ``ainvoke`` fleet about 1.7x as fast (docs/benchmarks.md).
     """
 
     ttl: float | None = None
     refresh_on_read: bool = False
     claim_ttl: float = CLAIM_TTL
+    async_io: str = "threads"
 
     @classmethod
     def extending(cls, options: RedisOptions | None = None, **lifetimes: Any) -> Self:
