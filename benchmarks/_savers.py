@@ -11,6 +11,7 @@ afterwards).
 """
 
 import asyncio
+import functools
 import os
 import socket
 import sqlite3
@@ -113,7 +114,7 @@ def open_ours_file(path: Path) -> Iterator[Store]:
 
 
 @contextmanager
-def open_ours_redis(_path: Path) -> Iterator[Store]:
+def open_ours_redis(_path: Path, **options: Any) -> Iterator[Store]:
     """On $REDIS_URL (default: the local server) under a fresh key prefix. Bytes: the sum
     of MEMORY USAGE of the prefix's keys when the saver closes; then the keys are deleted."""
     import redis
@@ -125,7 +126,7 @@ def open_ours_redis(_path: Path) -> Iterator[Store]:
     client = redis.Redis.from_url(url)
     measured: list[int] = []
     try:
-        with open_checkpointer(url, prefix=prefix) as saver:
+        with open_checkpointer(url, prefix=prefix, **options) as saver:
             yield Store(saver, lambda: measured[0])
             keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
             measured.append(sum(client.memory_usage(k, samples=0) or 0 for k in keys))
@@ -377,6 +378,11 @@ ASYNC_BACKENDS = [
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),
     AsyncBackend("redis", "statekeeper RedisCheckpointer", _sync_to_async(open_ours_redis)),
+    AsyncBackend(
+        "redis-asyncio",
+        "statekeeper RedisCheckpointer, async_io=asyncio",
+        _sync_to_async(functools.partial(open_ours_redis, async_io="asyncio")),
+    ),
 ]
 
 

@@ -17,7 +17,8 @@ default the local server; the row is skipped, saying why, if nothing answers the
 statekeeper's SQLite, file and Redis checkpointers (``$REDIS_URL``), each warmed up on a
 throwaway instance first. Two floors run when asked for (``--savers ...,yield,hop``):
 ``InMemorySaver`` that yields to the loop once per call, and one that runs each call in a
-worker thread — what scheduling alone does to the fleet, with no storage work. Ratios
+worker thread — what scheduling alone does to the fleet, with no storage work — and
+``redis-asyncio``, the Redis checkpointer on redis-py's asyncio client. Ratios
 are taken against LangGraph's rows. This is a benchmark, not a test: nothing is asserted
 about the numbers.
 
@@ -55,7 +56,7 @@ from _report import (
 from _savers import ASYNC_BACKENDS, AsyncBackend, postgres_unreachable
 
 WARMUP = (3, 3)  # conversations, turns
-FLOORS = ("yield", "hop")  # rows run only when asked for
+ON_REQUEST = ("yield", "hop", "redis-asyncio")  # rows run only when asked for
 COLUMNS = {
     "turns_per_s": "turns/s",
     "p50_ms": "p50 turn ms",
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=50, help="at once (default 50)")
     parser.add_argument("--turns", type=int, default=20, help="turns each (default 20)")
-    add_row_options(parser, keys, [k for k in keys if k not in FLOORS])
+    add_row_options(parser, keys, [k for k in keys if k not in ON_REQUEST])
     args = parser.parse_args(argv)
     wanted = chosen_rows(parser, args, keys)
     if args.conversations < 1 or args.turns < 1:
