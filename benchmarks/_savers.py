@@ -1,7 +1,8 @@
 """The savers the benchmarks compare, each opened fresh and closed after: LangGraph's own
 (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver`` and their async twins) and
-statekeeper's (SQLite, file, Redis, PostgreSQL), plus the loopback floor. ``BACKENDS`` are the sync
-rows, ``ASYNC_BACKENDS`` the rows an ``ainvoke`` fleet runs on.
+statekeeper's (SQLite, file, Redis, PostgreSQL), plus the loopback floor (and, for
+the async fleet, two floors of scheduling: a yield and a thread hop per call).
+``BACKENDS`` are the sync rows, ``ASYNC_BACKENDS`` the rows an ``ainvoke`` fleet runs on.
 
 Redis is ``$REDIS_URL`` (default the local server; each row works under a fresh key
 prefix and deletes its keys afterwards), PostgreSQL ``$POSTGRES_URL`` (default the local
@@ -9,6 +10,8 @@ server's ``postgres`` database; each row works in a schema of its own, dropped
 afterwards).
 """
 
+import asyncio
+import functools
 import os
 import socket
 import sqlite3
@@ -111,7 +114,7 @@ def open_ours_file(path: Path) -> Iterator[Store]:
 
 
 @contextmanager
-def open_ours_redis(_path: Path) -> Iterator[Store]:
+def open_ours_redis(_path: Path, **options: Any) -> Iterator[Store]:
     """On $REDIS_URL (default: the local server) under a fresh key prefix. Bytes: the sum
     of MEMORY USAGE of the prefix's keys when the saver closes; then the keys are deleted."""
     import redis
@@ -123,7 +126,7 @@ def open_ours_redis(_path: Path) -> Iterator[Store]:
     client = redis.Redis.from_url(url)
     measured: list[int] = []
     try:
-        with open_checkpointer(url, prefix=prefix) as saver:
+        with open_checkpointer(url, prefix=prefix, **options) as saver:
             yield Store(saver, lambda: measured[0])
             keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
             measured.append(sum(client.memory_usage(k, samples=0) or 0 for k in keys))
@@ -325,6 +328,47 @@ async def aopen_langgraph_postgres(_path: Path) -> AsyncIterator[BaseCheckpointS
             yield saver
 
 
+class YieldingFloor(InMemorySaver):
+    """``InMemorySaver`` whose ``aget_tuple``, ``aput`` and ``aput_writes`` first yield to
+    the event loop once (``await asyncio.sleep(0)``), as any saver that does I/O does:
+    the scheduling part of an async saver's cost, with no storage work at all."""
+
+    async def aget_tuple(self, config: Any) -> Any:
+        await asyncio.sleep(0)
+        return self.get_tuple(config)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0)
+        return self.put(*args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(0)
+        self.put_writes(*args, **kwargs)
+
+
+class ThreadHopFloor(InMemorySaver):
+    """``InMemorySaver`` whose ``aget_tuple``, ``aput`` and ``aput_writes`` run its sync
+    methods in a worker thread (``asyncio.to_thread``), as a saver on a blocking driver
+    does: the thread hops alone."""
+
+    async def aget_tuple(self, config: Any) -> Any:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(self.put, *args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.put_writes, *args, **kwargs)
+
+
+def _plain(cls: type[InMemorySaver]) -> Callable[[Path], Any]:
+    @asynccontextmanager
+    async def aopen(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+        yield cls()
+
+    return aopen
+
+
 def _sync_to_async(
     open_sync: Callable[[Path], AbstractContextManager[Store]],
 ) -> Callable[[Path], AbstractAsyncContextManager[BaseCheckpointSaver[Any]]]:
@@ -352,10 +396,21 @@ ASYNC_BACKENDS = [
     AsyncBackend(
         "postgres", "LangGraph AsyncPostgresSaver", aopen_langgraph_postgres, langgraph=True
     ),
+    AsyncBackend(
+        "yield", "floor: InMemorySaver + 1 await sleep(0) per call", _plain(YieldingFloor)
+    ),
+    AsyncBackend(
+        "hop", "floor: InMemorySaver, each call in a worker thread", _plain(ThreadHopFloor)
+    ),
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),
     AsyncBackend("redis", "statekeeper RedisCheckpointer", _sync_to_async(open_ours_redis)),
     AsyncBackend("pg", "statekeeper PostgresCheckpointer", _sync_to_async(open_ours_postgres)),
+    AsyncBackend(
+        "redis-asyncio",
+        "statekeeper RedisCheckpointer, async_io=asyncio",
+        _sync_to_async(functools.partial(open_ours_redis, async_io="asyncio")),
+    ),
 ]
 
 

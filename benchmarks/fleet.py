@@ -15,11 +15,16 @@ Rows: LangGraph's ``InMemorySaver``, ``AsyncSqliteSaver`` (one ``aiosqlite``
 connection) and ``AsyncPostgresSaver`` (one async connection to ``$POSTGRES_URL``,
 default the local server; the row is skipped, saying why, if nothing answers there), and
 statekeeper's SQLite, file and Redis checkpointers (``$REDIS_URL``), each warmed up on a
-throwaway instance first. Ratios are taken against LangGraph's rows. This is a benchmark,
-not a test: nothing is asserted about the numbers.
+throwaway instance first. Two floors run when asked for (``--savers ...,yield,hop``):
+``InMemorySaver`` that yields to the loop once per call, and one that runs each call in a
+worker thread — what scheduling alone does to the fleet, with no storage work — and
+``redis-asyncio``, the Redis checkpointer on redis-py's asyncio client. Ratios
+are taken against LangGraph's rows. This is a benchmark, not a test: nothing is asserted
+about the numbers.
 
     .venv/bin/python benchmarks/fleet.py                          # 50 x 20
     .venv/bin/python benchmarks/fleet.py --conversations 200 --turns 5 --savers memory,ours
+    .venv/bin/python benchmarks/fleet.py --savers memory,yield,hop,ours,file,redis
     .venv/bin/python benchmarks/fleet.py --json
 """
 
@@ -51,6 +56,7 @@ from _report import (
 from _savers import ASYNC_BACKENDS, AsyncBackend, postgres_unreachable
 
 WARMUP = (3, 3)  # conversations, turns
+ON_REQUEST = ("yield", "hop", "redis-asyncio")  # rows run only when asked for
 COLUMNS = {
     "turns_per_s": "turns/s",
     "p50_ms": "p50 turn ms",
@@ -129,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--conversations", type=int, default=50, help="at once (default 50)")
     parser.add_argument("--turns", type=int, default=20, help="turns each (default 20)")
-    add_row_options(parser, keys)
+    add_row_options(parser, keys, [k for k in keys if k not in ON_REQUEST])
     args = parser.parse_args(argv)
     wanted = chosen_rows(parser, args, keys)
     if args.conversations < 1 or args.turns < 1:

@@ -191,6 +191,24 @@ def test_fleet_runs_every_async_saver(tmp_path: Path) -> None:
     assert len(payload["ratios"]) == 4 * 3
 
 
+def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
+    out = _run(
+        "fleet.py",
+        *("--conversations", "2", "--turns", "1", "--savers", "memory,yield,hop", "--json"),
+        cwd=tmp_path,
+        env=_networked_env(),
+    )
+    rows = json.loads(out)["results"]
+    assert [r["saver"] for r in rows] == [
+        "LangGraph InMemorySaver",
+        "floor: InMemorySaver + 1 await sleep(0) per call",
+        "floor: InMemorySaver, each call in a worker thread",
+    ]
+    for row in rows:
+        assert row["error"] is None, row
+        assert row["turns_per_s"] > 0
+
+
 def test_fleet_skips_postgres_saying_why_when_it_does_not_answer(tmp_path: Path) -> None:
     with socket.socket() as unused:  # a port nobody listens on
         unused.bind(("127.0.0.1", 0))

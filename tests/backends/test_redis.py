@@ -29,6 +29,7 @@ from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.redis import RedisOptions
+from statekeeper.backends.redis._client import ASYNC_CONNECTIONS
 from statekeeper.backends.redis._integrity.records import Record
 from statekeeper.backends.redis._layout import swap
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
@@ -151,6 +152,7 @@ def test_redis_schemes_are_known() -> None:
         ("redis://localhost/0?prefix=a&prefix=b", "given twice"),
         ("redis://localhost/0?claim_ttl=0", "claim_ttl must be a number of seconds > 0"),
         ("redis://localhost/0?claim_ttl=soon", "claim_ttl must be a number"),
+        ("redis://localhost/0?async_io=greenlets", "async_io must be one of threads, asyncio"),
     ],
 )
 def test_bad_urls_and_options_raise_configuration_errors(bad: str, expected: str) -> None:
@@ -1090,7 +1092,7 @@ def test_pickled_payloads_are_refused(url: str, client: redis.Redis) -> None:
             saver.get_tuple(stored)
 
 
-def test_the_async_api_does_not_use_worker_threads(
+def test_the_async_api_on_the_asyncio_client_does_not_use_worker_threads(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -1099,7 +1101,7 @@ def test_the_async_api_does_not_use_worker_threads(
     monkeypatch.setattr(asyncio, "to_thread", refuse)
 
     async def main() -> None:
-        async with open_checkpointer(url) as saver:
+        async with open_checkpointer(url, async_io="asyncio") as saver:
             stored = await saver.aput(cfg("t"), empty_checkpoint(), {}, {})
             await saver.aput_writes(stored, [("a", 1)], "task")
             assert (await saver.aget_tuple(cfg("t"))) is not None
@@ -1114,8 +1116,42 @@ def test_the_async_api_does_not_use_worker_threads(
 
 
 async def main_again(url: str) -> None:
-    async with open_checkpointer(url) as saver:
+    async with open_checkpointer(url, async_io="asyncio") as saver:
         assert (await saver.aget_tuple(cfg("t"))) is not None
+
+
+CONCURRENT = 3 * ASYNC_CONNECTIONS + 20  # calls at once: well past one client's connections
+
+
+@pytest.mark.parametrize("async_io", ["asyncio", "threads"])
+@pytest.mark.parametrize("deployment", ["standalone", "cluster"])
+def test_hundreds_of_concurrent_async_calls_wait_for_a_connection_and_all_succeed(
+    deployment: str, async_io: str
+) -> None:
+    # redis-py's asyncio pools raise "Too many connections" past their size; a busy event
+    # loop (an ainvoke fleet) gets there, and every call must wait for a connection instead
+    made = REDIS.url(deployment)
+
+    async def one(saver: Any, n: int) -> tuple[Any, Any]:
+        stored = await saver.aput(cfg(f"c{n}"), empty_checkpoint(), {"n": n}, {})
+        await saver.aput_writes(stored, [("a", n)], "task")
+        return stored, await saver.aget_tuple(cfg(f"c{n}"))
+
+    async def main() -> None:
+        async with open_checkpointer(made, async_io=async_io) as saver:
+            done = await asyncio.gather(*(one(saver, n) for n in range(CONCURRENT)))
+            for n, (stored, found) in enumerate(done):
+                assert found is not None
+                assert found.config == stored
+                assert found.metadata["n"] == n
+                assert found.pending_writes == [("task", "a", n)]
+            listed = {t.metadata["n"] async for t in saver.alist(None)}
+            assert listed == set(range(CONCURRENT))
+
+    try:
+        asyncio.run(main())
+    finally:
+        REDIS.cleanup(made)
 
 
 # -- several processes ------------------------------------------------------------------

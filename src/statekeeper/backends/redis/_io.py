@@ -15,6 +15,7 @@ I/O differs, never the logic. Driver errors leave as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import threading
@@ -25,7 +26,14 @@ from typing import Any, TypeVar
 
 import redis.exceptions
 
-from statekeeper.backends.redis._client import DRIVER_ERRORS, RedisTarget
+from statekeeper.backends.redis._client import (
+    ASYNC_CONNECTIONS,
+    DRIVER_ERRORS,
+    RedisTarget,
+    asend,
+    send,
+)
+from statekeeper.backends.redis._client import packed as _packed
 from statekeeper.errors import StorageError
 
 __all__ = ["Batch", "Call", "Cmd", "Connection", "Emit", "Eval", "Op", "Script", "Stream"]
@@ -90,36 +98,22 @@ def _command(call: Cmd | Eval, *, sha: bool = True) -> tuple[Any, ...]:
     return (*head, len(call.keys), *call.keys, *call.args)
 
 
-def _packed(args: tuple[Any, ...]) -> bytes:
-    """``args`` (bytes, text or integers) as one RESP command, built in one join."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts += (b"$%d\r\n" % len(data), data, b"\r\n")
-    return b"".join(parts)
-
-
-def _script(conn: Any, call: Eval) -> Any:
-    """Run one script on ``conn`` (the connection of a single-connection client), with
-    the client's retries. This is what ``execute_command`` does for a command without a
-    reply callback, minus its per-command bookkeeping, which costs more CPU than the
-    round trip on loopback: a script call is most of what a ``put`` costs."""
-
-    def attempt(command: bytes) -> Any:
-        conn.send_packed_command((command,), check_health=False)
-        return conn.read_response()
-
-    def send(command: bytes) -> Any:
-        return conn.retry.call_with_retry(lambda: attempt(command), lambda _: conn.disconnect())
-
-    try:
-        return send(_packed(_command(call)))
-    except redis.exceptions.NoScriptError:
-        return send(_packed(_command(call, sha=False)))
-
-
 def _no_script(reply: Any) -> bool:
     return isinstance(reply, redis.exceptions.NoScriptError)
+
+
+@dataclass(eq=False)
+class _LoopClient:
+    """An event loop's asyncio client, the keeper that closes it, and the gate that lets
+    ``ASYNC_CONNECTIONS`` requests be under way at once; ``ready`` is set once the client
+    is ready to use or ``failed`` to be."""
+
+    client: Any
+    keeper: AsyncGenerator[None, None]
+    gate: asyncio.Semaphore
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: BaseException | None = None
+    idle: list[Any] = field(default_factory=list)  # a standalone client's script connections
 
 
 class Connection:
@@ -137,9 +131,9 @@ class Connection:
         self._lock = threading.Lock()
         self._closed = False
         self._closing: set[AsyncGenerator[None, None]] = set()
-        self._aclients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopClient] = (
+            weakref.WeakKeyDictionary()
+        )
         # On a standalone server, commands borrow a single-connection client from a free
         # list: redis-py's pool checks every connection it hands out with an extra
         # non-blocking read, which costs a GIL hand-off per command in LangGraph's
@@ -219,7 +213,11 @@ class Connection:
                     replies = self._pipeline(client, call)
                 return _raise_first(replies)
             if isinstance(call, Eval) and not self.target.cluster:
-                return _script(client.connection, call)
+                return send(
+                    client.connection,
+                    _packed(_command(call)),
+                    lambda: _packed(_command(call, sha=False)),
+                )
             return self._single(client, call)
         except DRIVER_ERRORS as exc:
             raise self.target.error(exc) from exc
@@ -290,7 +288,49 @@ class Connection:
             return None, exc
 
     async def _aexecute(self, call: Call) -> Any:
-        client = self._live(await self._async_client())
+        try:
+            entry = await self._async_client()
+        except DRIVER_ERRORS as exc:
+            raise self.target.error(exc) from exc
+        self._live(entry)
+        assert entry is not None
+        try:
+            async with asyncio.timeout(self.target.socket_timeout):
+                await entry.gate.acquire()
+        except TimeoutError:
+            raise StorageError(
+                f"no free connection to Redis at {self.target.url} within "
+                f"{self.target.socket_timeout} s ({ASYNC_CONNECTIONS} requests under way); "
+                "raise socket_timeout, or make fewer calls at once"
+            ) from None
+        try:
+            if isinstance(call, Eval) and not self.target.cluster:
+                return await self._ascript(entry, call)
+            return await self._aexecute_with(entry.client, call)  # replies parsed by redis-py
+        finally:
+            entry.gate.release()
+
+    async def _ascript(self, entry: _LoopClient, call: Eval) -> Any:
+        """One script call on a standalone server, on a connection of the loop's own (one
+        of at most ``ASYNC_CONNECTIONS``: the gate is held), as the sync path sends it."""
+        conn = entry.idle.pop() if entry.idle else entry.client.connection_pool.make_connection()
+        try:
+            reply = await asend(
+                conn, _packed(_command(call)), lambda: _packed(_command(call, sha=False))
+            )
+        except redis.exceptions.ResponseError:
+            entry.idle.append(conn)  # the connection is in a known state
+            raise
+        except DRIVER_ERRORS as exc:
+            await conn.disconnect(nowait=True)
+            raise self.target.error(exc) from exc
+        except BaseException:  # cancelled mid-reply, say: the connection is not reused
+            await conn.disconnect(nowait=True)
+            raise
+        entry.idle.append(conn)
+        return reply
+
+    async def _aexecute_with(self, client: Any, call: Call) -> Any:
         try:
             if isinstance(call, Batch):
                 if self.target.cluster and any(isinstance(c, Eval) for c in call.calls):
@@ -320,17 +360,46 @@ class Connection:
             pipe.execute_command(*_command(c))
         return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
-    async def _async_client(self) -> Any:
+    async def _async_client(self) -> _LoopClient | None:
+        """The running loop's asyncio client (``None`` once closed) and its gate (see
+        :meth:`RedisTarget.async_client`).
+
+        The first call on a loop makes the client and readies it (a Cluster client reads
+        its slot map) while later callers wait: redis-py's Cluster client, used by many
+        tasks before it has its slot map, reads it once per task and closes connections
+        the others are still opening."""
         loop = asyncio.get_running_loop()
         with self._lock:
             entry = self._aclients.get(loop)
-        if entry is None and not self._closed:
-            client = self.target.async_client()
-            keeper = _keeper(client)
-            await keeper.asend(None)  # now the loop closes it when it shuts down
-            with self._lock:
-                entry = self._aclients.setdefault(loop, (client, keeper))
-        return entry[0] if entry is not None else None
+            mine = entry is None and not self._closed
+            if mine:
+                client = self.target.async_client()
+                gate = asyncio.Semaphore(ASYNC_CONNECTIONS)
+                entry = _LoopClient(client, None, gate)  # type: ignore[arg-type]
+                entry.keeper = _keeper(entry)
+                self._aclients[loop] = entry
+        if entry is None:
+            return None
+        if mine:
+            try:
+                await entry.keeper.asend(None)  # now the loop closes it when it shuts down
+                if self.target.cluster:
+                    await entry.client.initialize()
+            except BaseException as exc:
+                entry.failed = exc
+                with self._lock:
+                    if self._aclients.get(loop) is entry:
+                        del self._aclients[loop]  # the next call starts again
+                with contextlib.suppress(*DRIVER_ERRORS):
+                    await entry.keeper.aclose()
+                raise
+            finally:
+                entry.ready.set()
+        elif not entry.ready.is_set():
+            await entry.ready.wait()
+        if entry.failed is not None:
+            raise StorageError(f"cannot reach Redis at {self.target.url}") from entry.failed
+        return entry
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -363,14 +432,15 @@ class Connection:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        for loop, (client, keeper) in aclients:
+        for loop, entry in aclients:
+            keeper = entry.keeper
             if loop.is_closed():
                 continue
             if loop is running:
                 # Awaiting is impossible here, and a task could be cancelled halfway by the
                 # loop's shutdown: close the sockets now, and the client when the loop shuts
                 # down its async generators (or collects the keeper).
-                _drop_connections(client)
+                _drop_connections(entry)
                 self._closing.add(keeper)
             elif loop.is_running():
                 asyncio.run_coroutine_threadsafe(keeper.aclose(), loop)
@@ -382,13 +452,14 @@ class Connection:
         with self._lock:
             entry = self._aclients.pop(asyncio.get_running_loop(), None)
         if entry is not None:
-            await entry[1].aclose()
+            await entry.keeper.aclose()
         self.close()
 
 
-def _drop_connections(client: Any) -> None:
+def _drop_connections(entry: _LoopClient) -> None:
     """Close an asyncio client's sockets without awaiting, as redis-py's own finalizers
     do (best effort: these are redis-py internals)."""
+    client = entry.client
     try:
         if hasattr(client, "connection_pool"):
             pool = client.connection_pool
@@ -397,19 +468,22 @@ def _drop_connections(client: Any) -> None:
             manager = client.nodes_manager
             nodes = [*manager.nodes_cache.values(), *manager.startup_nodes.values()]
             connections = [c for node in nodes for c in node._connections]
-        for connection in connections:
+        for connection in [*connections, *entry.idle]:
             connection._close()
     except (AttributeError, RuntimeError):
         pass
 
 
-async def _keeper(client: Any) -> AsyncGenerator[None, None]:
-    """Suspended for the life of an asyncio client: closing it (or the loop's shutdown of
-    its async generators) closes the client on its loop."""
+async def _keeper(entry: _LoopClient) -> AsyncGenerator[None, None]:
+    """Suspended for the life of a loop's asyncio client: closing it (or the loop's
+    shutdown of its async generators) closes the client and its script connections on
+    its loop."""
     try:
         yield
     finally:
-        await client.aclose()
+        for conn in entry.idle:
+            await conn.disconnect()
+        await entry.client.aclose()
 
 
 def _raise_first(replies: list[Any]) -> list[Any]:

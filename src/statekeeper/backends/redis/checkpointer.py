@@ -6,13 +6,15 @@ node (atomic, also in a Cluster), and per-thread reads are O(log n + limit). The
 documented in ``docs/redis.md`` and :mod:`statekeeper.backends.redis._lua`.
 
 One class serves both APIs: the sync methods use redis-py's synchronous client (shared
-by threads), the async methods its asyncio client (one per event loop), and both run the
-same operation code (:mod:`statekeeper.backends.redis._reads` and
+by threads), the async methods the same in worker threads or, with
+``async_io="asyncio"``, its asyncio client (one per event loop); all run the same
+operation code (:mod:`statekeeper.backends.redis._reads` and
 :mod:`statekeeper.backends.redis._writes`, over :mod:`statekeeper.backends.redis._io`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -25,7 +27,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._claims import Claims
-from statekeeper.backends.redis._client import RedisCheckpointerOptions, RedisOptions, RedisTarget
+from statekeeper.backends.redis._client import (
+    ASYNC_IO,
+    RedisCheckpointerOptions,
+    RedisOptions,
+    RedisTarget,
+)
 from statekeeper.backends.redis._integrity.seal import damaged_reply, wrong_type
 from statekeeper.backends.redis._integrity.verify import Verify
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
@@ -62,6 +69,7 @@ _OPTIONS: dict[str, type] = {
     "claim_ttl": float,
     "mode": str,
     "on_corrupt": str,
+    "async_io": str,
 }
 
 
@@ -76,7 +84,8 @@ class RedisCheckpointer(Checkpointer):
         options: how to reach the server and name the keys, and how long they live
             (:class:`~statekeeper.backends.redis.RedisCheckpointerOptions`:
             ``prefix``, ``mode``, ``ttl``, ``refresh_on_read``, ``claim_ttl``,
-            ``retries``, ``socket_timeout``, ``ssl_ca_certs``, ``ssl_cert_reqs``). A plain
+            ``async_io``, ``retries``, ``socket_timeout``, ``ssl_ca_certs``,
+            ``ssl_cert_reqs``). A plain
             :class:`~statekeeper.backends.redis.RedisOptions`, such as one shared
             with a ``RedisStore``, keeps the default lifetimes (keys never expire).
             ``mode="ro"`` opens read-only: nothing is ever written (not even on open,
@@ -131,6 +140,7 @@ class RedisCheckpointer(Checkpointer):
             options = RedisCheckpointerOptions.extending(options)
         self.target = RedisTarget.for_component(url, options, "open_checkpointer()")
         check_choice("option mode", options.mode, MODES)
+        self._threads = check_choice("option async_io", options.async_io, ASYNC_IO) == "threads"
         self.on_corrupt = check_choice("option on_corrupt", on_corrupt, ON_CORRUPT)
         ttl, claim_ttl = options.ttl, options.claim_ttl
         if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
@@ -237,6 +247,10 @@ class RedisCheckpointer(Checkpointer):
             raise
 
     async def _arun(self, op: Op[T], threads: Sequence[str] | str | None) -> T:
+        """:meth:`_run` for the async API: in a worker thread (``async_io="threads"``),
+        or with the asyncio client of the running loop."""
+        if self._threads:
+            return await asyncio.to_thread(self._run, op, threads)
         try:
             return await self._conn.arun(op)
         except StorageError as exc:
@@ -365,6 +379,11 @@ class RedisCheckpointer(Checkpointer):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        if self._threads:
+            listing = super().alist(config, filter=filter, before=before, limit=limit)
+            async for item in listing:
+                yield item
+            return
         plan = self._plans.listing(self.serde, config, filter, before, limit)
         try:
             async for item in self._conn.aiterate(plan):
@@ -383,7 +402,7 @@ class RedisCheckpointer(Checkpointer):
         await self._arun(self._plans.put_writes(prepared), prepared.thread_id)
 
     async def _adelete_threads(self, thread_ids: Sequence[str]) -> None:
-        await self._conn.arun(self._plans.delete_threads(thread_ids))
+        await self._arun(self._plans.delete_threads(thread_ids), None)
 
     async def _adelete_runs(self, run_ids: Sequence[str]) -> None:
         await self._arun(self._plans.delete_runs(run_ids), None)
