@@ -127,8 +127,9 @@ def test_the_indexed_lists_skip_a_damaged_checkpoint_that_is_no_head(
 def test_a_list_that_reads_a_damaged_checkpoint_explains_instead_of_crashing(
     damaged_file: tuple[Any, dict[str, str]],
 ) -> None:
-    # the file backend lists threads by reading every checkpoint (docs/file-backend.md):
-    # one damaged checkpoint stops the list, and the page says which and what to do
+    # the file backend lists threads by opening each thread's root log, which checks the
+    # log against its head (docs/file-backend.md): a damaged line there stops the list,
+    # and the page says which and what to do
     saver, _ = damaged_file
     client = _client(saver)
     for path in ("/threads", "/interrupts"):

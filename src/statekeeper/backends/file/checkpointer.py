@@ -63,6 +63,7 @@ from statekeeper.backends.file._records import CLAIMS_DIR, Store
 from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.heads import Head, newest_heads
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import (
     ON_CORRUPT,
@@ -82,6 +83,7 @@ from statekeeper.urls import StorageURL, parse_options
 __all__ = ["ON_CORRUPT", "FileCheckpointer"]
 
 Damages = list[Damage]  # named here: the class has a method called list
+Heads = list[Head]
 
 _OPTIONS: dict[str, type] = {
     "mode": str,
@@ -238,6 +240,18 @@ class FileCheckpointer(Checkpointer):
                 remaining -= 1
                 if remaining == 0:
                     return
+
+    def _thread_heads(self, limit: int, after: Head | None) -> Heads:
+        """Each thread's newest root line: the end of its root ``checkpoints`` log, one
+        small read per thread and nothing decoded. There is no index file, so a page costs
+        O(threads) reads, not O(limit) (docs/file-backend.md, "What reading costs")."""
+        store = self._open_store()
+        heads = []
+        for thread_id in store.thread_ids():
+            entry = next(store.newest(store.namespace(thread_id, ""), None), None)
+            if entry is not None:
+                heads.append(Head(thread_id, entry.checkpoint_id))
+        return newest_heads(heads, limit, after)
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         """See :meth:`Checkpointer.get_writes`: the writes ``get_tuple`` returns, with their

@@ -33,6 +33,8 @@ __all__ = [
     "Source",
     "fill",
     "first_item",
+    "root_head",
+    "root_id",
     "span",
 ]
 
@@ -128,13 +130,8 @@ class Registry(Checked):
         from its ``ns`` index: one pipelined batch."""
         if not threads:
             return []
-        newest = yield Batch(
-            tuple(
-                Cmd(("ZRANGE", self.keys(t)[1], _ROOT_END, _ROOT, "BYLEX", "REV", "LIMIT", 0, 1))
-                for t in threads
-            )
-        )
-        return [_root_id(found) for found in newest]
+        newest = yield Batch(tuple(root_head(self.keys(t)) for t in threads))
+        return [root_id(found) for found in newest]
 
     def reindex(self, threads: list[str], op: str) -> Op[None]:
         """Index these threads as their ``ns`` indexes say now (``op`` "max" or "set"),
@@ -152,7 +149,13 @@ _ROOT = b"(" + END  # the root namespace's refs in ``ns``: E("") E(checkpoint id
 _ROOT_END = b"(\x00\x02"  # ...which sort below every other namespace's
 
 
-def _root_id(members: list[bytes]) -> str | None:
+def root_head(keys: tuple[bytes, ...]) -> Cmd:
+    """Read a thread's newest root ref from its ``ns`` index (``keys``: the thread's)."""
+    return Cmd(("ZRANGE", keys[1], _ROOT_END, _ROOT, "BYLEX", "REV", "LIMIT", 0, 1))
+
+
+def root_id(members: list[bytes]) -> str | None:
+    """The checkpoint id of a :func:`root_head` reply (``None``: no root checkpoint)."""
     try:
         return split_ordered(members[0])[1] if members else None
     except (UnicodeDecodeError, IndexError):  # a damaged member: verify reports it
