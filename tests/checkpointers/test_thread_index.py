@@ -129,3 +129,111 @@ def test_a_read_only_open_lists_through_the_index(url: str, backend: Any) -> Non
         ids = [_put(saver, f"t{i}") for i in range(3)]
     with open_checkpointer(url, mode="ro") as reader:
         assert [h.checkpoint_id for h in reader.thread_heads(limit=10)] == ids[::-1]
+
+
+# -- the index damaged, and storage written before it --------------------------------------
+
+
+def _damage_index(saver: Any, backend: Any, url: str, thread_id: str, how: str) -> None:
+    """Delete (``how="delete"``) or falsify (``"damage"``) the index record of a thread."""
+    if backend.name in ("memory", "sqlite"):
+        with saver._db.transaction(write=True) as conn:
+            if how == "delete":
+                conn.execute("DELETE FROM heads WHERE thread_id = ?", (thread_id,))
+            else:
+                conn.execute("UPDATE heads SET newest_id = '0' WHERE thread_id = ?", (thread_id,))
+        return
+    from tests.redis_servers import REDIS, client_for
+
+    prefix = saver.prefix
+    client = client_for(REDIS.prefixes[prefix])
+    registry = f"{prefix}:{{{prefix}:threads}}"
+    if how == "delete":
+        client.delete(f"{registry}:heads")  # the whole sorted set
+    else:  # a member that names an older checkpoint
+        client.zadd(f"{registry}:heads", {b"0\x00\x01" + thread_id.encode() + b"\x00\x01": 0})
+
+
+@pytest.mark.parametrize("how", ["delete", "damage"])
+def test_verify_reports_a_damaged_index_and_repair_rebuilds_it(
+    saver: Any, backend: Any, url: str, how: str
+) -> None:
+    if backend.name == "file":
+        pytest.skip("the file backend keeps no index: it reads each thread's log")
+    ids = {t: _put(saver, t) for t in ("a", "b", "c")}
+    expected = saver.thread_heads(limit=10)
+    _damage_index(saver, backend, url, "b", how)
+    found = saver.verify()
+    assert found
+    assert {d.record for d in found} <= {"index", "head"}
+    repaired = saver.verify(repair=True)
+    assert [d.path for d in repaired] == [d.path for d in found]
+    assert all(d.reason.endswith("]") for d in repaired)  # says what was rebuilt
+    assert saver.verify() == []
+    assert saver.thread_heads(limit=10) == expected
+    assert {h.thread_id: h.checkpoint_id for h in expected} == ids
+
+
+def test_an_older_sqlite_database_gains_the_index_on_opening(tmp_path: Any) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with open_checkpointer(f"sqlite:///{path}") as saver:
+        ids = [_put(saver, f"t{i}") for i in range(3)]
+    conn = sqlite3.connect(path)
+    with conn:  # what schema 4 was: no thread index
+        conn.execute("DROP INDEX heads_threads")
+        conn.execute("DELETE FROM statekeeper_migrations WHERE version = 5")
+    with open_checkpointer(f"sqlite:///{path}?mode=ro") as reader:  # not migrated: no index
+        assert [h.checkpoint_id for h in reader.thread_heads(limit=10)] == ids[::-1]
+    assert (
+        conn.execute("SELECT name FROM sqlite_master WHERE name = 'heads_threads'").fetchall() == []
+    )
+    conn.close()
+    with open_checkpointer(f"sqlite:///{path}") as saver:  # read-write: migrated
+        assert [h.checkpoint_id for h in saver.thread_heads(limit=10)] == ids[::-1]
+    conn = sqlite3.connect(path)
+    plan = conn.execute(
+        "EXPLAIN QUERY PLAN SELECT thread_id, newest_id FROM heads WHERE checkpoint_ns = ''"
+        " ORDER BY newest_id DESC, thread_id DESC LIMIT 5"
+    ).fetchall()
+    assert "heads_threads" in str(plan)
+    conn.close()
+
+
+def test_a_database_older_than_the_heads_is_scanned_read_only(tmp_path: Any) -> None:
+    import sqlite3
+
+    path = tmp_path / "older.db"
+    with open_checkpointer(f"sqlite:///{path}") as saver:
+        ids = [_put(saver, f"t{i}") for i in range(3)]
+    conn = sqlite3.connect(path)
+    with conn:  # schema 3: no heads table at all
+        conn.execute("DROP TABLE heads")
+        conn.execute("DELETE FROM statekeeper_migrations WHERE version >= 4")
+    conn.close()
+    with open_checkpointer(f"sqlite:///{path}?mode=ro") as reader:
+        assert [h.checkpoint_id for h in reader.thread_heads(limit=10)] == ids[::-1]
+        assert list_threads(reader, limit=2) == ["t2", "t1"]
+
+
+def test_older_redis_keys_gain_the_index_on_a_read_write_open(backend: Any, url: str) -> None:
+    if not backend.name.startswith("redis"):
+        pytest.skip("Redis keys only")
+    from tests.redis_servers import REDIS, client_for
+
+    with open_checkpointer(url) as saver:
+        ids = [_put(saver, f"t{i}") for i in range(3)]
+        prefix = saver.prefix
+    client = client_for(REDIS.prefixes[prefix])
+    registry = f"{prefix}:{{{prefix}:threads}}"
+    client.delete(f"{registry}:heads", f"{registry}:head")  # layout 2 had no index
+    client.set(f"{prefix}:layout", "2")
+    with open_checkpointer(url, mode="ro") as reader:  # read as they are: a scan
+        assert [h.checkpoint_id for h in reader.thread_heads(limit=10)] == ids[::-1]
+    assert not client.exists(f"{registry}:heads")
+    with open_checkpointer(url) as saver:  # upgraded: the index is built first
+        assert client.get(f"{prefix}:layout") == b"3"
+        assert client.zcard(f"{registry}:heads") == 3
+        assert [h.checkpoint_id for h in saver.thread_heads(limit=10)] == ids[::-1]
+        assert saver.verify() == []
