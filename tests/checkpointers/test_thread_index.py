@@ -237,3 +237,15 @@ def test_older_redis_keys_gain_the_index_on_a_read_write_open(backend: Any, url:
         assert client.zcard(f"{registry}:heads") == 3
         assert [h.checkpoint_id for h in saver.thread_heads(limit=10)] == ids[::-1]
         assert saver.verify() == []
+
+
+def test_a_file_log_past_its_head_is_listed_by_its_last_line(tmp_path: Any) -> None:
+    # a head lags its log after a power loss (its updates are not flushed): the listing
+    # then reads the log's last line instead of trusting the head
+    with open_checkpointer(f"file://{tmp_path}/files") as saver:
+        _put(saver, "t")
+        head = tmp_path / "files" / "threads" / "t" / "~" / "checkpoints.head"
+        behind = head.read_bytes()
+        newest = _put(saver, "t")
+        head.write_bytes(behind)
+        assert saver.thread_heads(limit=1) == [Head("t", newest)]
