@@ -18,11 +18,18 @@ from typing import Any
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered, split_ordered, untag
 from statekeeper.backends.redis._integrity.checked import Checked, log
-from statekeeper.backends.redis._integrity.seal import BACKEND, Bad, corrupt, damage, path
+from statekeeper.backends.redis._integrity.seal import (
+    BACKEND,
+    Bad,
+    corrupt,
+    damage,
+    path,
+    wrong_type,
+)
 from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
-from statekeeper.backends.redis._layout import END, rank, swap
+from statekeeper.backends.redis._layout import END, Layout, rank, swap
 from statekeeper.checkpointers.heads import Head
-from statekeeper.errors import Damage
+from statekeeper.errors import Damage, StorageError
 
 __all__ = [
     "PAGE",
@@ -33,6 +40,7 @@ __all__ = [
     "Source",
     "fill",
     "first_item",
+    "read_roots",
     "root_head",
     "root_id",
     "span",
@@ -127,11 +135,8 @@ class Registry(Checked):
 
     def root_heads(self, threads: list[str]) -> Op[list[str | None]]:
         """The id of each thread's newest root checkpoint (``None``: it has none), read
-        from its ``ns`` index: one pipelined batch."""
-        if not threads:
-            return []
-        newest = yield Batch(tuple(root_head(self.keys(t)) for t in threads))
-        return [root_id(found) for found in newest]
+        from its ``ns`` index: one pipelined batch (see :func:`read_roots`)."""
+        return (yield from read_roots(self, threads))
 
     def reindex(self, threads: list[str], op: str) -> Op[None]:
         """Index these threads as their ``ns`` indexes say now (``op`` "max" or "set"),
@@ -140,13 +145,36 @@ class Registry(Checked):
             chunk = threads[start : start + SCAN]
             newest = yield from self.root_heads(chunk)
             pairs = list(zip(chunk, newest, strict=True))
-            there = [(t, n) for t, n in pairs if n is not None]
-            gone = [(t, n) for t, n in pairs if n is None]
+            there = [(t, n) for t, n in pairs if n]
+            gone = [(t, n) for t, n in pairs if n is None]  # "": unreadable, left as it is
             yield Batch(tuple(self.index(o, p) for o, p in ((op, there), ("del", gone)) if p))
 
 
 _ROOT = b"(" + END  # the root namespace's refs in ``ns``: E("") E(checkpoint id)...
 _ROOT_END = b"(\x00\x02"  # ...which sort below every other namespace's
+
+
+def read_roots(layout: Layout, threads: list[str]) -> Op[list[str | None]]:
+    """The id of each thread's newest root checkpoint, from its ``ns`` index, in one
+    pipelined batch: ``None`` when it has none, ``""`` (no checkpoint id) when its ``ns``
+    key holds another type (damage, which the thread's own reads and ``verify`` report)."""
+    if not threads:
+        return []
+    calls = tuple(root_head(layout.keys(t)) for t in threads)
+    try:
+        replies: list[Any] = yield Batch(calls)
+    except StorageError as exc:
+        if not wrong_type(exc):
+            raise
+        replies = []
+        for call in calls:  # one at a time, to tell which
+            try:
+                replies.append((yield call))
+            except StorageError as one:
+                if not wrong_type(one):
+                    raise
+                replies.append(None)
+    return ["" if reply is None else root_id(reply) for reply in replies]
 
 
 def root_head(keys: tuple[bytes, ...]) -> Cmd:

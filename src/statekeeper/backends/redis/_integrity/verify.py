@@ -26,7 +26,7 @@ from statekeeper.backends.redis._integrity.seal import (
 )
 from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
 from statekeeper.backends.redis._layout import END, Layout
-from statekeeper.backends.redis._listing import root_head, root_id
+from statekeeper.backends.redis._listing import read_roots
 from statekeeper.errors import Damage, StorageError
 
 __all__ = ["Verify"]
@@ -76,7 +76,8 @@ class Verify:
                 yield Cmd(("SET", key, lua.LAYOUT_VERSION, "NX"))
         for thread_id in threads:
             found += yield from self.thread(thread_id, repair=repair)
-        found += yield from self.thread_index(threads, repair=repair)
+        if self.layout.indexed:  # (keys of an older layout, read-only, have no index)
+            found += yield from self.thread_index(threads, repair=repair)
         return found
 
     def thread_index(self, threads: list[str], *, repair: bool) -> Op[list[Damage]]:
@@ -116,9 +117,8 @@ class Verify:
             yield Cmd(("DEL", *keys))
             for start in range(0, len(threads), PAGE):
                 chunk = threads[start : start + PAGE]
-                newest = yield Batch(tuple(root_head(layout.keys(t)) for t in chunk))
-                heads = [(t, root_id(n)) for t, n in zip(chunk, newest, strict=True)]
-                if there := [(t, n) for t, n in heads if n is not None]:
+                newest = yield from read_roots(layout, chunk)
+                if there := [(t, n) for t, n in zip(chunk, newest, strict=True) if n]:
                     yield layout.index("max", there)
         return found
 
@@ -126,12 +126,15 @@ class Verify:
         """The fields (E(thread id)) where the index and the threads disagree."""
         layout = self.layout
         expected: dict[bytes, bytes] = {}
+        unreadable: set[bytes] = set()  # an ns key of another type: the thread reports it
         for start in range(0, len(threads), PAGE):
             chunk = threads[start : start + PAGE]
-            newest = yield Batch(tuple(root_head(layout.keys(t)) for t in chunk))
-            for thread_id, reply in zip(chunk, newest, strict=True):
-                if (checkpoint_id := root_id(reply)) is not None:
-                    field = ordered(thread_id)
+            newest = yield from read_roots(layout, chunk)
+            for thread_id, checkpoint_id in zip(chunk, newest, strict=True):
+                field = ordered(thread_id)
+                if checkpoint_id == "":
+                    unreadable.add(field)
+                elif checkpoint_id is not None:
                     expected[field] = ordered(checkpoint_id) + field
         members = set((yield from self._members(layout.heads)))
         fields = yield from self._fields(layout.head_of)
@@ -140,7 +143,7 @@ class Verify:
         wrong |= {_field_of(member) for member in members ^ set(expected.values())}
         if layout.ttl_ms:  # threads that expired are left in the index, as in the registry
             wrong &= expected.keys()
-        return wrong
+        return wrong - unreadable
 
     def thread(self, thread_id: str, *, repair: bool) -> Op[list[Damage]]:
         """The damage of one thread (repaired when ``repair``)."""
