@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from markupsafe import escape
 
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.graphs import Runner
