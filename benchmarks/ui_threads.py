@@ -5,8 +5,7 @@ checkpoints (default 4: an input and three steps, each storing a small ``message
 list and the metadata a runner writes), then times, each the median of ``--samples``:
 
 * ``page_threads``: the first page of 50 thread ids (``statekeeper.threads``), which the
-  list pages through; today it reads every checkpoint's id (``list_threads``) until a
-  thread index replaces it;
+  list pages through, read from the thread index (``Checkpointer.thread_heads``);
 * ``GET /threads``: the first page rendered as HTML through the app, with each thread's
   status (``threads.summarize`` of its newest checkpoint);
 * ``GET /api/threads``: the same as JSON;
@@ -87,6 +86,7 @@ def measure(saver: Any, threads: int, samples: int) -> dict[str, float]:
     client = TestClient(app, base_url="http://127.0.0.1")
     client.get(f"/?token={TOKEN}")
     middle = f"thread-{threads // 2:05d}"
+    cursor = page_threads(saver, limit=max(threads // 2, 1)).cursor or ""  # the middle
 
     def get(path: str, **params: str) -> None:
         response = client.get(path, params=params)
@@ -97,9 +97,12 @@ def measure(saver: Any, threads: int, samples: int) -> dict[str, float]:
         "GET /threads (first page, HTML)": median_ms(lambda: get("/threads"), samples),
         "GET /api/threads (first page, JSON)": median_ms(lambda: get("/api/threads"), samples),
         "GET /threads?cursor= (middle page)": median_ms(
-            lambda: get("/threads", cursor=middle), samples
+            lambda: get("/threads", cursor=cursor), samples
         ),
         "GET /threads?q= (search by id)": median_ms(lambda: get("/threads", q=middle), samples),
+        "GET /threads?status=done (a status)": median_ms(
+            lambda: get("/threads", status="done"), samples
+        ),
     }
 
 

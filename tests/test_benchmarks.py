@@ -106,6 +106,29 @@ def test_redis_floor_runs_every_row(tmp_path: Path) -> None:
     assert rows[5:] == ["RedisCheckpointer"]
 
 
+def test_global_scan_runs_every_saver(tmp_path: Path) -> None:
+    from tests.redis_servers import REDIS
+
+    out = _run(
+        "global_scan.py",
+        *("--threads", "5", "--checkpoints", "2", "--samples", "1", "--json"),
+        cwd=tmp_path,
+        env={**os.environ, "REDIS_URL": REDIS.standalone()},
+    )
+    payload = json.loads(out)
+    results = payload["results"]
+    assert [r["saver"] for r in results] == [
+        "LangGraph InMemorySaver",
+        "LangGraph SqliteSaver",
+        "statekeeper SqliteCheckpointer",
+        "statekeeper FileCheckpointer (fsync=false)",
+        "statekeeper RedisCheckpointer",
+    ]
+    assert all(r["error"] is None for r in results), results
+    assert all(r[c] > 0 for r in results for c in ("list_ms", "filter_ms", "threads_ms"))
+    assert "statekeeper RedisCheckpointer / LangGraph SqliteSaver" in payload["ratios"]
+
+
 def test_thread_growth_runs(tmp_path: Path) -> None:
     out = _run("thread_growth.py", "--sizes", "10", "--samples", "3", cwd=tmp_path)
     assert "file" in out

@@ -92,6 +92,21 @@ def test_threads_json_and_db_from_environment(
     ]
 
 
+def test_threads_pages_with_limit_and_after_and_filters_by_status(db: str, capsys: Any) -> None:
+    build_thread(db, "t3")
+    ids = lambda *argv: [r["thread_id"] for r in json.loads(run(capsys, *argv)[1])]  # noqa: E731
+    assert ids("--db", db, "--json", "threads", "--limit", "2") == ["t3", "t2"]
+    assert ids("--db", db, "--json", "threads", "--after", "t2") == ["t1"]
+    assert ids("--db", db, "--json", "threads", "--status", "interrupted", "--limit", "1") == ["t3"]
+    assert ids("--db", db, "--json", "threads", "--status", "done", "--status", "failed") == []
+    code, _, err = run(capsys, "--db", db, "threads", "--status", "asleep")
+    assert code != EXIT["ok"]
+    assert "unknown status 'asleep'" in err
+    code, _, err = run(capsys, "--db", db, "threads", "--after", "nobody")
+    assert code != EXIT["ok"]
+    assert "names no thread" in err
+
+
 def test_history_newest_first_with_steps_and_next(db: str, capsys: Any) -> None:
     code, out, _ = run(capsys, "--db", db, "--json", "history", "t1")
     assert code == EXIT["ok"]

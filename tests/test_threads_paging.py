@@ -60,8 +60,31 @@ def test_search_by_id_ignores_case_and_by_metadata_uses_equality(filled: Any) ->
 def test_bad_limits_and_stale_cursors_are_refused(filled: Any) -> None:
     with pytest.raises(ConfigurationError, match="limit must be at least 1, got 0"):
         page_threads(filled, limit=0)
-    with pytest.raises(ConfigurationError, match="cursor 'gone' names no listed thread"):
+    with pytest.raises(ConfigurationError, match="cursor 'gone' is not one a page"):
         page_threads(filled, cursor="gone")
+    with pytest.raises(ConfigurationError, match="is not one a page"):
+        page_threads(filled, cursor="WyJhIl0")  # base64 JSON, but not a place
+    with pytest.raises(ConfigurationError, match="unknown status 'asleep'"):
+        page_threads(filled, status="asleep")
+    with pytest.raises(ConfigurationError, match="after='nobody' names no thread"):
+        list_threads(filled, after="nobody")
+
+
+def test_a_cursor_survives_the_deletion_of_the_thread_it_stands_at(filled: Any) -> None:
+    first = page_threads(filled, limit=3)
+    filled.delete_thread(first.thread_ids[-1])
+    rest = page_threads(filled, limit=100, cursor=first.cursor)
+    assert first.thread_ids[:2] + rest.thread_ids == tuple(list_threads(filled))
+
+
+def test_list_threads_pages_and_filters_by_status(filled: Any) -> None:
+    everything = list_threads(filled)
+    assert list_threads(filled, limit=3) == everything[:3]
+    assert list_threads(filled, after=everything[2], limit=2) == everything[3:5]
+    assert list_threads(filled, status="done") == everything  # nothing left to run
+    assert list_threads(filled, status=["pending", "failed"]) == []
+    assert list_threads(filled, match="THREAD-1") == ["thread-1"]
+    assert list_threads(filled, metadata={"team": "b"}, limit=2) == ["thread-6", "thread-4"]
 
 
 def test_interrupts_reads_the_pending_interrupt_writes() -> None:

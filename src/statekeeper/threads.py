@@ -30,13 +30,18 @@ LangGraph's ``get_state().next`` is then empty, but the run is not finished, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import base64
+import itertools
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
 
-from statekeeper.errors import ConfigurationError
+from statekeeper.checkpointers.heads import Head, pager
+from statekeeper.errors import ConfigurationError, StatekeeperError
 
 __all__ = [
     "STATUSES",
@@ -68,6 +73,7 @@ _INTERRUPT = "__interrupt__"  # the interrupts a task raised (its latest)
 _ERROR = "__error__"  # the exception a task raised
 # the writes that say what happened to a task, not what it produced (CONTROL_WRITES)
 _CONTROL = frozenset((_INTERRUPT, _ERROR, "__error_source_node__", _RESUME))
+_PAGE = 200  # heads read from the index per call when filtering or listing all
 
 
 @dataclass(frozen=True)
@@ -103,19 +109,108 @@ class Change:
     new: Any
 
 
-def list_threads(saver: BaseCheckpointSaver[Any]) -> list[str]:
-    """The ids of the threads that have checkpoints, the most recently written first (by
-    newest checkpoint id, which LangGraph makes grow with time; LangGraph's own savers do
-    not all list newest first). Reads every checkpoint once, holding only thread ids."""
-    newest: dict[str, str] = {}
-    for tup in saver.list(None):
-        # the id from the config: a transfer's reader may stand a marker in for a
-        # checkpoint it refused to read (statekeeper.transfer._guard)
-        thread_id = tup.config["configurable"]["thread_id"]
-        checkpoint_id = tup.config["configurable"]["checkpoint_id"]
-        if thread_id not in newest or checkpoint_id > newest[thread_id]:
-            newest[thread_id] = checkpoint_id
-    return sorted(newest, key=newest.__getitem__, reverse=True)
+def list_threads(
+    saver: BaseCheckpointSaver[Any],
+    *,
+    limit: int | None = None,
+    after: str | None = None,
+    status: Status | Iterable[Status] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    match: str | None = None,
+) -> list[str]:
+    """The ids of the threads that have a root checkpoint, the most recently written
+    first (by newest root checkpoint id, which LangGraph makes grow with time; ties by
+    thread id, descending): at most ``limit`` of them (``None``: all), those listed after
+    the thread ``after`` (where its newest checkpoint places it now).
+
+    Filters, each narrowing the others: ``status`` keeps the threads :func:`summarize`
+    classifies so (one status or several; a thread whose head cannot be read matches
+    none); ``metadata`` those with a checkpoint whose metadata has each of its keys with
+    an equal value (the savers' ``filter``); ``match`` those whose id contains it,
+    ignoring case.
+
+    Cost: a statekeeper checkpointer reads its thread index a page at a time, so with no
+    filter this is O(limit), whatever the number of threads; ``match`` and ``status``
+    read the index (and, for ``status``, each thread's head) only until ``limit``
+    threads matched; ``metadata`` first lists the checkpoints that match it
+    (``saver.list(None, filter=...)``: every checkpoint, unless the backend narrows
+    it). Another saver (LangGraph's own) is scanned once: every checkpoint.
+
+    Raises:
+        ConfigurationError: ``limit`` is not positive, a status is unknown, or ``after``
+            names no thread with a root checkpoint.
+    """
+    if limit is not None and (type(limit) is not int or limit < 1):
+        raise ConfigurationError(f"limit must be at least 1, got {limit!r}")
+    start = None if after is None else _head_of(saver, after)
+    heads = _heads(saver, start, _keep(saver, status, metadata, match), limit)
+    return [head.thread_id for head in itertools.islice(heads, limit)]
+
+
+def _heads(
+    saver: BaseCheckpointSaver[Any],
+    start: Head | None,
+    keep: Callable[[Head], bool] | None,
+    want: int | None,
+) -> Iterator[Head]:
+    """The heads after ``start`` that ``keep`` keeps (all, when None), newest first, read
+    from the index in pages sized for ``want`` results (``None``: as many as there are)."""
+    page = pager(saver)
+    size = _PAGE if want is None else want + 1 if keep is None else max(want + 1, _PAGE)
+    while True:
+        found = page(size, start)
+        yield from found if keep is None else filter(keep, found)
+        if len(found) < size:
+            return
+        start = found[-1]
+
+
+def _keep(
+    saver: BaseCheckpointSaver[Any],
+    status: Status | Iterable[Status] | None,
+    metadata: Mapping[str, Any] | None,
+    match: str | None,
+) -> Callable[[Head], bool] | None:
+    """The test a listing's filters make of a head; ``None`` when nothing is filtered."""
+    tests: list[Callable[[Head], bool]] = []
+    if match:
+        needle = match.casefold()
+        tests.append(lambda head: needle in head.thread_id.casefold())
+    if metadata:
+        members = {
+            tup.config["configurable"]["thread_id"]
+            for tup in saver.list(None, filter=dict(metadata))
+        }
+        tests.append(lambda head: head.thread_id in members)
+    if status is not None:
+        wanted = {status} if isinstance(status, str) else set(status)
+        if unknown := wanted - set(STATUSES):
+            raise ConfigurationError(
+                f"unknown status {sorted(unknown)[0]!r}; use one of {', '.join(STATUSES)}"
+            )
+        tests.append(lambda head: _status_of(saver, head.thread_id) in wanted)
+    if not tests:
+        return None
+    return lambda head: all(test(head) for test in tests)
+
+
+def _status_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> Status | None:
+    try:
+        summary = thread_summary(saver, thread_id)
+    except StatekeeperError:  # a damaged head: listed by no status (verify reports it)
+        return None
+    return None if summary is None else summary.status
+
+
+def _head_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> Head:
+    """Where ``thread_id`` stands in the index now: its newest root checkpoint."""
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    tup = saver.get_tuple(config) if isinstance(thread_id, str) else None
+    if tup is None:
+        raise ConfigurationError(
+            f"after={thread_id!r} names no thread with a checkpoint; list from the start"
+        )
+    return Head(thread_id, tup.checkpoint["id"])
 
 
 def pending_nodes(checkpoint: Checkpoint) -> tuple[str, ...]:
@@ -343,46 +438,49 @@ def page_threads(
     cursor: str | None = None,
     match: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    status: Status | Iterable[Status] | None = None,
 ) -> ThreadPage:
     """At most ``limit`` thread ids, most recently written first, starting after
-    ``cursor`` (from the previous page; ``None``: the first page). ``match`` keeps the
-    threads whose id contains it (ignoring case); ``metadata`` keeps those with a
-    checkpoint whose metadata has each of its keys with an equal value (the savers'
-    ``filter``).
+    ``cursor`` (from the previous page; ``None``: the first page), filtered as
+    :func:`list_threads` filters (``match``, ``metadata``, ``status``), at its cost.
 
-    Reads every checkpoint's id (as :func:`list_threads` does): the one place a thread
-    index replaces, so its callers need not change.
+    Keyset paging: the cursor holds the place of the page's last thread in the thread
+    index, so paging on while threads are written lists every thread not written
+    meanwhile exactly once (a thread written meanwhile moves to the first page), and a
+    thread deleted meanwhile does not stop it.
 
     Raises:
         ConfigurationError: ``limit`` is not positive, or ``cursor`` is not one this
-            function returned for these threads (the thread it names is gone).
+            function returned.
     """
-    if limit < 1:
-        raise ConfigurationError(f"limit must be at least 1, got {limit}")
-    if metadata:
-        newest: dict[str, str] = {}
-        for tup in saver.list(None, filter=dict(metadata)):
-            thread_id = tup.config["configurable"]["thread_id"]
-            if thread_id not in newest or tup.checkpoint["id"] > newest[thread_id]:
-                newest[thread_id] = tup.checkpoint["id"]
-        ordered = sorted(newest, key=newest.__getitem__, reverse=True)
-    else:
-        ordered = list_threads(saver)
-    if match:
-        needle = match.casefold()
-        ordered = [thread_id for thread_id in ordered if needle in thread_id.casefold()]
-    start = 0
-    if cursor is not None:
+    if type(limit) is not int or limit < 1:
+        raise ConfigurationError(f"limit must be at least 1, got {limit!r}")
+    start = None if cursor is None else _decode_cursor(cursor)
+    heads = _heads(saver, start, _keep(saver, status, metadata, match), limit)
+    found = list(itertools.islice(heads, limit + 1))
+    page = found[:limit]
+    more = len(found) > limit
+    return ThreadPage(tuple(h.thread_id for h in page), _encode_cursor(page[-1]) if more else None)
+
+
+def _encode_cursor(head: Head) -> str:
+    text = json.dumps([head.checkpoint_id, head.thread_id], ensure_ascii=False)
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: object) -> Head:
+    place: Any = None
+    if isinstance(cursor, str):
         try:
-            start = ordered.index(cursor) + 1
-        except ValueError:
-            raise ConfigurationError(
-                f"cursor {cursor!r} names no listed thread (it was deleted or no longer "
-                "matches); start again from the first page"
-            ) from None
-    page = tuple(ordered[start : start + limit])
-    more = start + limit < len(ordered)
-    return ThreadPage(page, page[-1] if more and page else None)
+            place = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        except ValueError:  # not base64, not UTF-8 or not JSON
+            place = None
+    if not (isinstance(place, list) and len(place) == 2 and all(type(p) is str for p in place)):
+        raise ConfigurationError(
+            f"cursor {cursor!r} is not one a page of threads returned; start again from "
+            "the first page"
+        )
+    return Head(place[1], place[0])
 
 
 def interrupts(tup: CheckpointTuple) -> list[Any]:

@@ -261,10 +261,17 @@ def test_every_key_of_a_thread_shares_its_hash_tag_and_stays_under_the_prefix(
         f"{prefix}:layout".encode(),
         f"{prefix}:threads".encode(),
         f"{prefix}:{{{prefix}:threads}}:count".encode(),
+        # the thread index, in the registry's slot
+        f"{prefix}:{{{prefix}:threads}}:heads".encode(),
+        f"{prefix}:{{{prefix}:threads}}:head".encode(),
         *(
             f"{prefix}:{{thread-1}}:{name}".encode()
             for name in ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
         ),
+    }
+    registry_keys = [k for k in keys_of(client, prefix) if b"{" + prefix.encode() in k]
+    assert {redis.cluster.key_slot(k) for k in registry_keys} == {
+        redis.cluster.key_slot(f"{prefix}:threads".encode())
     }
     thread_keys = [k for k in keys_of(client, prefix) if b"{thread-1}" in k]
     assert len({redis.cluster.key_slot(k) for k in thread_keys}) == 1
@@ -306,7 +313,8 @@ def test_odd_ids_are_encoded_into_distinct_tags_of_safe_characters(
         tags = set()
         for key in keys_of(client, prefix):
             rest = key.decode()[len(prefix) + 1 :]
-            if rest in ("layout", "threads", f"{{{prefix}:threads}}:count"):
+            registry = [f"{{{prefix}:threads}}:{name}" for name in ("count", "heads", "head")]
+            if rest in ("layout", "threads", *registry):
                 continue
             assert rest.startswith("{")
             tag, _, name = rest[1:].partition("}:")

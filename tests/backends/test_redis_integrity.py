@@ -22,6 +22,7 @@ from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.redis._client import pack
 from statekeeper.checkpointers import open_checkpointer
+from statekeeper.checkpointers.heads import scan_heads
 from statekeeper.errors import (
     CorruptCheckpointError,
     Damage,
@@ -465,7 +466,8 @@ def _unseal_all(client: Any, saver: Any, thread_id: str) -> None:
         if field[:1] == b"\xfd":
             client.hdel(refs, field)
     client.set(f"{saver.prefix}:layout", "1")
-    client.delete(f"{saver.prefix}:{{{saver.prefix}:threads}}:count")
+    registry = f"{saver.prefix}:{{{saver.prefix}:threads}}"
+    client.delete(f"{registry}:count", f"{registry}:heads", f"{registry}:head")  # not in 1
 
 
 def test_layout_1_keys_are_read_and_repair_seals_them(url: str) -> None:
@@ -478,9 +480,14 @@ def test_layout_1_keys_are_read_and_repair_seals_them(url: str) -> None:
     with open_checkpointer(f"{url}&mode=ro") as saver:  # read as they are, not upgraded
         assert {name: read() for name, read in reads(saver, ids).items()} == original
         assert saver.verify() == []
+        scanned = scan_heads(saver)
+        assert saver.thread_heads(limit=10) == scanned  # no index yet: a scan
     assert client.get(f"{prefix_of(url)}:layout") == b"1"
+    assert not client.exists(f"{prefix_of(url)}:{{{prefix_of(url)}:threads}}:heads")
     with open_checkpointer(url) as saver:  # read-write: the version is upgraded
-        assert client.get(f"{prefix_of(url)}:layout") == b"2"
+        assert client.get(f"{prefix_of(url)}:layout") == b"3"
+        assert client.zcard(f"{prefix_of(url)}:{{{prefix_of(url)}:threads}}:heads") == 2
+        assert saver.thread_heads(limit=10) == scanned  # the index, built on opening
         assert saver.verify(repair=True) == []  # sealed and counted: not damage
         cp = client.hgetall(thread_key(saver, THREAD, "cp"))
         assert all(data[:1] == b"\xfe" for data in cp.values())

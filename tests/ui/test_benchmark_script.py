@@ -30,5 +30,5 @@ def test_the_threads_list_benchmark_runs(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert (result["threads"], result["checkpoints"]) == (30, 4)
-    assert len(result["ms"]) == 5
+    assert len(result["ms"]) == 6
     assert all(ms > 0 for ms in result["ms"].values())

@@ -38,6 +38,7 @@ from langgraph.checkpoint.base import (
 
 from statekeeper._storage.claims import ahold, check_wait, hold
 from statekeeper._storage.payload import check_id, encode
+from statekeeper.checkpointers.heads import Head, check_page, newest_heads, scan_heads
 from statekeeper.checkpointers.records import (
     Encoded,
     NewVersion,
@@ -46,7 +47,9 @@ from statekeeper.checkpointers.records import (
     WriteRow,
 )
 from statekeeper.checkpointers.semantics import (
-    check_prune_strategy,
+    check_copy_ids,
+    check_prune_ids,
+    check_run_ids,
     dump_metadata,
     location,
     merged_metadata,
@@ -183,7 +186,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
                 anything is deleted).
         """
         self._writable("delete_for_runs")
-        ids = _run_ids(run_ids)
+        ids = check_run_ids(run_ids)
         if ids:
             self._delete_runs(ids)
 
@@ -197,7 +200,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
                 changes; delete it first or pick another id).
         """
         self._writable("copy_thread")
-        self._copy_thread(*_copy_ids(source_thread_id, target_thread_id))
+        self._copy_thread(*check_copy_ids(source_thread_id, target_thread_id))
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Shrink threads. ``"keep_latest"`` keeps the newest checkpoint of each namespace
@@ -210,7 +213,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
             InvalidIdError: a thread id cannot be stored; nothing is deleted.
         """
         self._writable("prune")
-        delete, ids = _prune_ids(thread_ids, strategy)
+        delete, ids = check_prune_ids(thread_ids, strategy)
         if ids:
             (self._delete_threads if delete else self._keep_latest)(ids)
 
@@ -337,6 +340,22 @@ class Checkpointer(BaseCheckpointSaver[str]):
         """
         raise NotImplementedError
 
+    def thread_heads(self, *, limit: int, after: tuple[str, str] | None = None) -> list[Head]:
+        """At most ``limit`` threads' heads (thread id, id of its newest root checkpoint),
+        newest first, after the head ``after`` (the last of the previous page; ``None``:
+        from the newest): see :mod:`statekeeper.checkpointers.heads` for the order. Read
+        from the index the backend keeps at write time, so a page costs O(limit), whatever
+        the number of threads. Reads only: works on read-only storage.
+
+        Raises:
+            ConfigurationError: ``limit`` is not a positive int, or ``after`` no pair.
+        """
+        return self._thread_heads(*check_page(limit, after))
+
+    def _thread_heads(self, limit: int, after: Head | None) -> list[Head]:
+        """``thread_heads``, checked; this default scans (a backend with an index overrides)."""
+        return newest_heads(scan_heads(self), limit, after)
+
     def verify(self, *, repair: bool = False) -> list[Damage]:
         """Check every stored record of every thread — checkpoints, metadata, pending
         writes, values, deltas and the indexes that list them — against its checksum,
@@ -434,17 +453,17 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         self._writable("delete_for_runs")
-        ids = _run_ids(run_ids)
+        ids = check_run_ids(run_ids)
         if ids:
             await self._adelete_runs(ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         self._writable("copy_thread")
-        await self._acopy_thread(*_copy_ids(source_thread_id, target_thread_id))
+        await self._acopy_thread(*check_copy_ids(source_thread_id, target_thread_id))
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._writable("prune")
-        delete, ids = _prune_ids(thread_ids, strategy)
+        delete, ids = check_prune_ids(thread_ids, strategy)
         if ids:
             await (self._adelete_threads if delete else self._akeep_latest)(ids)
 
@@ -479,22 +498,3 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
 def _take(items: Iterator[CheckpointTuple], n: int) -> list[CheckpointTuple]:
     return list(itertools.islice(items, n))
-
-
-def _run_ids(run_ids: Sequence[str]) -> tuple[str, ...]:
-    """``delete_for_runs``'s ids, checked (all of them, before anything is deleted) and
-    without repeats."""
-    return tuple(dict.fromkeys(check_id(run_id, "run_id") for run_id in run_ids))
-
-
-def _copy_ids(source_thread_id: str, target_thread_id: str) -> tuple[str, str]:
-    return check_id(source_thread_id, "source thread_id"), check_id(
-        target_thread_id, "target thread_id"
-    )
-
-
-def _prune_ids(thread_ids: Sequence[str], strategy: str) -> tuple[bool, tuple[str, ...]]:
-    """``prune``'s arguments checked: (whether to delete, the thread ids)."""
-    check_prune_strategy(strategy)
-    ids = tuple(dict.fromkeys(check_id(thread_id, "thread_id") for thread_id in thread_ids))
-    return strategy == "delete", ids

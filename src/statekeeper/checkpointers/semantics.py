@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii as _json_text
 from typing import Any
 
@@ -24,7 +25,10 @@ __all__ = [
     "PRUNE_STRATEGIES",
     "before_id",
     "check_choice",
+    "check_copy_ids",
+    "check_prune_ids",
     "check_prune_strategy",
+    "check_run_ids",
     "checkpoint_config",
     "dump_metadata",
     "list_scope",
@@ -204,3 +208,22 @@ def next_version(current: str | int | float | None) -> str:
     else:
         counter = int(current.split(".", 1)[0])
     return f"{counter + 1:032}.{random.random():016}"  # noqa: S311 - not a secret
+
+
+def check_run_ids(run_ids: Sequence[str]) -> tuple[str, ...]:
+    """``delete_for_runs``'s ids, checked (all of them, before anything is deleted) and
+    without repeats."""
+    return tuple(dict.fromkeys(check_id(run_id, "run_id") for run_id in run_ids))
+
+
+def check_copy_ids(source_thread_id: str, target_thread_id: str) -> tuple[str, str]:
+    return check_id(source_thread_id, "source thread_id"), check_id(
+        target_thread_id, "target thread_id"
+    )
+
+
+def check_prune_ids(thread_ids: Sequence[str], strategy: str) -> tuple[bool, tuple[str, ...]]:
+    """``prune``'s arguments checked: (whether to delete, the thread ids)."""
+    check_prune_strategy(strategy)
+    ids = tuple(dict.fromkeys(check_id(thread_id, "thread_id") for thread_id in thread_ids))
+    return strategy == "delete", ids

@@ -41,15 +41,29 @@ def add_threads(commands: Commands) -> None:
         ),
     )
     sub.add_argument("--limit", type=at_least_one, default=None, metavar="N", help="show at most N")
+    sub.add_argument(
+        "--after", default=None, metavar="THREAD", help="start after this thread (the next page)"
+    )
+    sub.add_argument(
+        "--status",
+        action="append",
+        default=None,
+        metavar="STATUS",
+        help="only threads with this status (running, interrupted, failed, pending, done); "
+        "repeat for several",
+    )
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
-    """Every thread (at most ``--limit``), most recently written first, with its status,
-    next nodes, step, last write and graph."""
-    from statekeeper.threads import summaries
+    """The threads (at most ``--limit``, after ``--after``, of a ``--status``), most
+    recently written first, with their status, next nodes, step, last write and graph.
+    Read from the thread index: a page costs what it shows, whatever the number of
+    threads."""
+    from statekeeper.threads import list_threads, summaries
 
     with open_saver(args.db, read_only=True) as saver:
-        rows = list(summaries(saver))[: args.limit]
+        ids = list_threads(saver, limit=args.limit, after=args.after, status=args.status)
+        rows = list(summaries(saver, ids))
     emit(
         args,
         rows,

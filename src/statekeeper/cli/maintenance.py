@@ -212,11 +212,13 @@ def _verified(saver: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _read_everything(saver: Any, problems: list[dict[str, Any]]) -> tuple[int, int]:
     """Load every checkpoint of every thread (which checks every checksum); add what
-    fails to ``problems``; return how many threads and checkpoints were read."""
-    from statekeeper.threads import list_threads
+    fails to ``problems``; return how many threads and checkpoints were read. The threads
+    are found by a scan of every checkpoint, not the thread index: the index is one of
+    the records checked."""
+    from statekeeper.checkpointers.heads import scan_heads
 
     try:
-        thread_ids = list_threads(saver)
+        thread_ids = [head.thread_id for head in scan_heads(saver)]
     except StatekeeperError as exc:
         problems.append({"reason": f"cannot list the threads: {exc}"})
         return 0, 0

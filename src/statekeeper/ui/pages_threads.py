@@ -1,7 +1,8 @@
 """The threads list and a thread's checkpoint tree.
 
-The list pages through ``threads.page_threads`` (the one place a thread index will
-replace) and describes each thread with ``threads.thread_summary``, the classification the
+The list pages through ``threads.page_threads`` (the backend's thread index: a page
+costs what it shows, whatever the number of threads) and describes each thread with
+``threads.thread_summary``, the classification the
 CLI's ``statekeeper threads`` prints; a thread whose newest checkpoint cannot be read
 is listed with the error instead of failing the page.
 """
@@ -13,7 +14,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeeper.errors import ConfigurationError, StatekeeperError, ThreadNotFoundError
-from statekeeper.threads import ThreadSummary, interrupts, page_threads, thread_summary
+from statekeeper.threads import (
+    STATUSES,
+    ThreadSummary,
+    interrupts,
+    page_threads,
+    thread_summary,
+)
 from statekeeper.ui.render import Page
 from statekeeper.ui.tree import build_tree
 from statekeeper.ui.values import plain
@@ -84,16 +91,21 @@ def _row(inspector: Inspector, thread_id: str) -> Row:
 
 def threads(inspector: Inspector, request: Request, form: Form) -> Page:
     """Threads, most recently written first, a page at a time; ``q`` searches ids,
-    ``meta`` metadata (``key=value``), ``cursor`` opens the next page."""
+    ``meta`` metadata (``key=value``), ``status`` keeps one status, ``cursor`` opens the
+    next page."""
     params = request.query_params
     match = params.get("q", "").strip()
     meta_text = params.get("meta", "").strip()
+    status = params.get("status", "").strip()
+    if status and status not in STATUSES:
+        raise ConfigurationError(f"unknown status {status!r}; use one of {', '.join(STATUSES)}")
     page = page_threads(
         inspector.saver,
         limit=_limit(params.get("limit", "")),
         cursor=params.get("cursor") or None,
         match=match or None,
         metadata=parse_metadata(meta_text) or None,
+        status=status or None,
     )
     rows = [_row(inspector, thread_id) for thread_id in page.thread_ids]
     data = {
@@ -101,8 +113,10 @@ def threads(inspector: Inspector, request: Request, form: Form) -> Page:
         "cursor": page.cursor,
         "q": match,
         "meta": meta_text,
+        "status": status,
     }
-    return Page("threads.html", data, context={"rows": rows}, title="Threads")
+    context = {"rows": rows, "statuses": STATUSES, "chosen": status}
+    return Page("threads.html", data, context=context, title="Threads")
 
 
 def thread(inspector: Inspector, request: Request, form: Form) -> Page:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import heapq
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, Unpack
@@ -51,7 +52,8 @@ from statekeeper._storage.claims import LockFileClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.file import DirectoryOptions, directory_path, opening
-from statekeeper.backends.file._log.lines import Entry, make_entry
+from statekeeper.backends.file._log.head import head_path, read_head
+from statekeeper.backends.file._log.lines import CHECKPOINTS, DamagedIndex, Entry, make_entry
 from statekeeper.backends.file._namespace import (
     Namespace,
     reporting,
@@ -63,6 +65,7 @@ from statekeeper.backends.file._records import CLAIMS_DIR, Store
 from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.heads import Head, newest_heads
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import (
     ON_CORRUPT,
@@ -82,6 +85,7 @@ from statekeeper.urls import StorageURL, parse_options
 __all__ = ["ON_CORRUPT", "FileCheckpointer"]
 
 Damages = list[Damage]  # named here: the class has a method called list
+Heads = list[Head]
 
 _OPTIONS: dict[str, type] = {
     "mode": str,
@@ -238,6 +242,23 @@ class FileCheckpointer(Checkpointer):
                 remaining -= 1
                 if remaining == 0:
                     return
+
+    def _thread_heads(self, limit: int, after: Head | None) -> Heads:
+        """Each thread's newest root checkpoint id, from its root log's head when the log
+        ends where the head says (one small read and a ``stat``), else from the log's last
+        line. There is no index file, so a page costs O(threads) small reads, not O(limit)
+        (docs/file-backend.md, "What reading costs")."""
+        store = self._open_store()
+        heads = []
+        for thread_id in store.thread_ids():
+            n = store.namespace(thread_id, "")
+            newest = _head_newest(n.index) if store.heads else None
+            if newest is None:
+                entry = next(store.newest(n, None), None)
+                newest = entry.checkpoint_id if entry is not None else None
+            if newest is not None:
+                heads.append(Head(thread_id, newest))
+        return newest_heads(heads, limit, after)
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         """See :meth:`Checkpointer.get_writes`: the writes ``get_tuple`` returns, with their
@@ -411,3 +432,19 @@ class FileCheckpointer(Checkpointer):
             )
             for f in found
         ]
+
+
+def _head_newest(log: Path) -> str | None:
+    """The id of ``log``'s last line as its head says, if the log ends where the head
+    says (no line past it, no rewrite under way); else ``None``: read the log. The last
+    line is never a deleted one (a deleted line is kept only for newer checkpoints)."""
+    try:
+        fd = os.open(head_path(log), os.O_RDONLY)
+        try:
+            head = read_head(fd, log, CHECKPOINTS)
+        finally:
+            os.close(fd)
+        size = log.stat().st_size
+    except (OSError, DamagedIndex):
+        return None
+    return head.newest if head.newest and head.lines and size == head.end else None

@@ -28,7 +28,7 @@ from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
 from statekeeper.backends.redis._integrity.records import head
 from statekeeper.backends.redis._io import Cmd, Eval
-from statekeeper.backends.redis._lua import REGISTER, THREAD_KEYS, UNREGISTER
+from statekeeper.backends.redis._lua import INDEX, REGISTER, THREAD_KEYS, UNREGISTER
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.errors import StorageError
 
@@ -74,6 +74,11 @@ class Layout:
         self.registry = f"{prefix}:threads".encode()  # sorted set: thread tag -> expiry
         # how many members the registry has, in its slot (the hash tag is its name)
         self.counter = f"{prefix}:{{{prefix}:threads}}:count".encode()
+        # the thread index, in the registry's slot: a sorted set of E(newest root
+        # checkpoint id) E(thread id), and a hash E(thread id) -> its member
+        self.heads = f"{prefix}:{{{prefix}:threads}}:heads".encode()
+        self.head_of = f"{prefix}:{{{prefix}:threads}}:head".encode()
+        self.indexed = True  # False: keys of a layout before the index, opened read-only
         self.written = Written()  # this process' last list values: delta bases, known reads
         self._names: dict[str, tuple[str, tuple[bytes, ...]]] = {}
         self._fields: dict[tuple[str, str, str], bytes] = {}
@@ -138,6 +143,15 @@ class Layout:
     def untouch(self, thread_id: str) -> Eval:
         """Unregister the thread."""
         return Eval(UNREGISTER, (self.registry, self.counter), (self.tag(thread_id),))
+
+    def index(self, op: str, heads: Sequence[tuple[str, str | None]]) -> Eval:
+        """Update the thread index: ``op`` "max" (a put), "set" or "del" for each
+        (thread id, newest root checkpoint id; ``None`` for "del")."""
+        args: list[bytes | str] = [op]
+        for thread_id, checkpoint_id in heads:
+            field = ordered(thread_id)
+            args += [field, b"" if checkpoint_id is None else ordered(checkpoint_id) + field]
+        return Eval(INDEX, (self.heads, self.head_of), tuple(args))
 
 
 def version_text(version: Any) -> str:

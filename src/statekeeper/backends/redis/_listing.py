@@ -1,5 +1,6 @@
 """How the Redis checkpointer lists across threads: the registry of threads (checked
-against its count; entries of expired threads swept), the ``ids`` index of every thread,
+against its count; entries of expired threads swept), the thread index (each thread's
+newest root checkpoint, newest first: ``thread_heads``), the ``ids`` index of every thread,
 merged newest first, read a page at a time, within a listing's limit; and the steps every
 listing shares (large values fetched after a script, the first item of a stream).
 
@@ -15,12 +16,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import ordered, untag
+from statekeeper.backends.redis._client import ordered, split_ordered, untag
 from statekeeper.backends.redis._integrity.checked import Checked, log
-from statekeeper.backends.redis._integrity.seal import BACKEND, Bad, corrupt, damage, path
+from statekeeper.backends.redis._integrity.seal import (
+    BACKEND,
+    Bad,
+    corrupt,
+    damage,
+    path,
+    wrong_type,
+)
 from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
-from statekeeper.backends.redis._layout import END, rank, swap
-from statekeeper.errors import Damage
+from statekeeper.backends.redis._layout import END, Layout, rank, swap
+from statekeeper.checkpointers.heads import Head
+from statekeeper.errors import Damage, StorageError
 
 __all__ = [
     "PAGE",
@@ -31,6 +40,9 @@ __all__ = [
     "Source",
     "fill",
     "first_item",
+    "read_roots",
+    "root_head",
+    "root_id",
     "span",
 ]
 
@@ -98,6 +110,97 @@ class Registry(Checked):
         gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
         if gone:
             yield Eval(lua.REMOVE_IF, (self.registry, self.counter), tuple(gone))
+            yield self.index("del", [(untag(member), None) for member in gone[::2]])
+
+    # -- the thread index ----------------------------------------------------------------
+
+    def thread_heads(self, limit: int, after: Head | None) -> Op[list[Head]]:
+        """A page of the thread index, newest first, after ``after``. Each entry is
+        checked against its thread (one pipelined read per page): a thread that has no
+        root checkpoint any more (expired, or deleted by a process killed before it
+        updated the index) is left out; a member that cannot be read is left out too
+        (``verify`` reports both, and ``verify(repair=True)`` rebuilds the index)."""
+        top = b"+" if after is None else b"(" + _member(after.thread_id, after.checkpoint_id)
+        found: list[Head] = []
+        while len(found) < limit:
+            want = limit - len(found)
+            members = yield Cmd(("ZRANGE", self.heads, top, b"-", "BYLEX", "REV", "LIMIT", 0, want))
+            heads = [head for head in map(_head, members) if head is not None]
+            newest = yield from self.root_heads([head.thread_id for head in heads])
+            found += [head for head, now in zip(heads, newest, strict=True) if now is not None]
+            if len(members) < want:
+                break
+            top = b"(" + members[-1]
+        return found
+
+    def root_heads(self, threads: list[str]) -> Op[list[str | None]]:
+        """The id of each thread's newest root checkpoint (``None``: it has none), read
+        from its ``ns`` index: one pipelined batch (see :func:`read_roots`)."""
+        return (yield from read_roots(self, threads))
+
+    def reindex(self, threads: list[str], op: str) -> Op[None]:
+        """Index these threads as their ``ns`` indexes say now (``op`` "max" or "set"),
+        in batches; a thread without a root checkpoint is removed."""
+        for start in range(0, len(threads), SCAN):
+            chunk = threads[start : start + SCAN]
+            newest = yield from self.root_heads(chunk)
+            pairs = list(zip(chunk, newest, strict=True))
+            there = [(t, n) for t, n in pairs if n]
+            gone = [(t, n) for t, n in pairs if n is None]  # "": unreadable, left as it is
+            yield Batch(tuple(self.index(o, p) for o, p in ((op, there), ("del", gone)) if p))
+
+
+_ROOT = b"(" + END  # the root namespace's refs in ``ns``: E("") E(checkpoint id)...
+_ROOT_END = b"(\x00\x02"  # ...which sort below every other namespace's
+
+
+def read_roots(layout: Layout, threads: list[str]) -> Op[list[str | None]]:
+    """The id of each thread's newest root checkpoint, from its ``ns`` index, in one
+    pipelined batch: ``None`` when it has none, ``""`` (no checkpoint id) when its ``ns``
+    key holds another type (damage, which the thread's own reads and ``verify`` report)."""
+    if not threads:
+        return []
+    calls = tuple(root_head(layout.keys(t)) for t in threads)
+    try:
+        replies: list[Any] = yield Batch(calls)
+    except StorageError as exc:
+        if not wrong_type(exc):
+            raise
+        replies = []
+        for call in calls:  # one at a time, to tell which
+            try:
+                replies.append((yield call))
+            except StorageError as one:
+                if not wrong_type(one):
+                    raise
+                replies.append(None)
+    return ["" if reply is None else root_id(reply) for reply in replies]
+
+
+def root_head(keys: tuple[bytes, ...]) -> Cmd:
+    """Read a thread's newest root ref from its ``ns`` index (``keys``: the thread's)."""
+    return Cmd(("ZRANGE", keys[1], _ROOT_END, _ROOT, "BYLEX", "REV", "LIMIT", 0, 1))
+
+
+def root_id(members: list[bytes]) -> str | None:
+    """The checkpoint id of a :func:`root_head` reply (``None``: no root checkpoint)."""
+    try:
+        return split_ordered(members[0])[1] if members else None
+    except (UnicodeDecodeError, IndexError):  # a damaged member: verify reports it
+        return None
+
+
+def _member(thread_id: str, checkpoint_id: str) -> bytes:
+    return ordered(checkpoint_id) + ordered(thread_id)
+
+
+def _head(member: bytes) -> Head | None:
+    """The head an index member names; ``None`` for a damaged one."""
+    try:
+        checkpoint_id, thread_id, rest = split_ordered(member)
+    except (UnicodeDecodeError, ValueError):
+        return None
+    return Head(thread_id, checkpoint_id) if rest == "" else None
 
 
 def _is_tag(member: bytes) -> bool:

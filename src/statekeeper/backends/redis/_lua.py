@@ -18,7 +18,8 @@ thread's hash tag, so it runs atomically on one Cluster node. Ids reach scripts 
 
 ``KEYS[9]`` and ``KEYS[10]``, when given (standalone servers only), are the registry of
 threads and the count of its members (a key in the registry's slot,
-``<prefix>:{<prefix>:threads}:count``), which tells a deleted registry entry or key.
+``<prefix>:{<prefix>:threads}:count``), which tells a deleted registry entry or key;
+``PUT``'s ``KEYS[11]`` and ``KEYS[12]`` the thread index (``INDEX``), in the same slot.
 
 The field ``STAMP`` (one byte, ``\xff``: no value field is empty, so it is no value's CRC
 field) of ``refs`` is the thread's change stamp, ``<seconds>.<microseconds>:<count>``: every
@@ -49,6 +50,7 @@ __all__ = [
     "DELETE_THREAD",
     "EXPIRED",
     "FINISH_COPY",
+    "INDEX",
     "LAYOUT",
     "LAYOUT_VERSION",
     "NAMESPACES",
@@ -72,7 +74,9 @@ WCOUNT = b"\xfd"  # + ref: the field of ``refs`` counting a checkpoint's pending
 
 # The functions every thread script starts with, kept as a Lua file to be read as Lua.
 _LIB = (resources.files(__package__) / "_thread_lib.lua").read_text(encoding="utf-8")
-# ARGV: ttl, registry score and member, ref, record, run member ("" if none), then per
+# ARGV: ttl, registry score and member, ref, record, run member ("" if none), the thread
+# index member and field ("" unless the checkpoint is a root one and KEYS[11], KEYS[12]
+# are given: then the index is updated in this script), then per
 # value: field, value, base field, base crc ("" unless the value is a delta), crc. If the
 # base of a delta is gone or changed, nothing is written and the reply lists those values
 # (1-based) so the caller sends them whole; else the reply is 1. References are counted
@@ -82,15 +86,16 @@ PUT = Script(
     + r"""
 local ref, rec, run = ARGV[4], ARGV[5], ARGV[6]
 local stale = {}
-for i = 7, #ARGV, 5 do
+for i = 9, #ARGV, 5 do
   local base = ARGV[i + 2]
   if base ~= '' and redis.call('HGET', KEYS[5], '\255' .. base) ~= ARGV[i + 3] then
-    stale[#stale + 1] = (i - 2) / 5
+    stale[#stale + 1] = (i - 4) / 5
   end
 end
 if #stale > 0 then return stale end
 register()
-for i = 7, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
+if #KEYS > 10 and ARGV[7] ~= '' then index_head(KEYS[11], KEYS[12], ARGV[8], ARGV[7], false) end
+for i = 9, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
 local _, fields = header(rec)
 for i = 1, #fields do redis.call('HINCRBY', KEYS[5], fields[i], 1) end
 local old = redis.call('ZADD', KEYS[2], 0, ref) == 0 and redis.call('HGET', KEYS[3], ref)
@@ -439,6 +444,20 @@ return 1
 """
 )
 
+# KEYS: the thread index's sorted set and hash. ARGV: "max" (keep the newer of the stored
+# and the given head: a put), "set" (the given one: the newest were deleted) or "del",
+# then field, member pairs (member "" for "del").
+INDEX = Script(
+    _LIB
+    + r"""
+for i = 2, #ARGV, 2 do
+  if ARGV[1] == 'del' then unindex_head(KEYS[1], KEYS[2], ARGV[i])
+  else index_head(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1], ARGV[1] == 'set') end
+end
+return 1
+"""
+)
+
 # KEYS: registry, count. ARGV: member. Unregisters a thread.
 UNREGISTER = Script(
     r"""
@@ -462,7 +481,8 @@ return {redis.call('ZCARD', KEYS[1]), redis.call('GET', KEYS[2])}
 # 2: records, values and writes are sealed (a CRC each: _integrity.seal), refs counts each
 # checkpoint's writes. Layout-1 keys are read as they are; opening read-write upgrades the
 # version key, so that an older statekeeper refuses the prefix instead of misreading it.
-LAYOUT_VERSION = 2
+# 3: the thread index (INDEX), built from the threads when a read-write open upgrades.
+LAYOUT_VERSION = 3
 
 # KEYS: the layout key. ARGV: this layout's version. Stores it where there is none or an
 # older one (the upgrade: older keys stay readable); replies what the key held (false:

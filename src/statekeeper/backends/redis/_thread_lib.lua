@@ -221,3 +221,29 @@ local function drop(ref)
   if #wf > 0 then redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. ref, '(' .. ref .. '\255') end
   return 1
 end
+
+-- The thread index (docs/redis.md): a sorted set z of members E(newest root checkpoint
+-- id) E(thread id), all scored 0, and a hash h from E(thread id) to its member, both in
+-- the registry's slot. Which of two members is newer is asked of z (its lex order is byte
+-- order; Lua's string comparison follows the server's locale). `force`: set it even if
+-- older (a thread whose newest checkpoints were deleted).
+local function index_head(z, h, field, member, force)
+  local old = redis.call('HGET', h, field)
+  if old == member then return end
+  redis.call('ZADD', z, 0, member)
+  if old then
+    local was = redis.call('ZRANK', z, old)
+    if was and not force and was > redis.call('ZRANK', z, member) then
+      redis.call('ZREM', z, member)
+      return
+    end
+    redis.call('ZREM', z, old)
+  end
+  redis.call('HSET', h, field, member)
+end
+
+local function unindex_head(z, h, field)
+  local old = redis.call('HGET', h, field)
+  if old then redis.call('ZREM', z, old) end
+  redis.call('HDEL', h, field)
+end

@@ -84,15 +84,30 @@ class Plans(Reads):
                 raise found from exc
             registry = None
 
-    def _write(self, script: Any, thread_id: str, ttl: int, *args: Any) -> Op[Any]:
+    def _write(
+        self, script: Any, thread_id: str, ttl: int, *args: Any, root: str | None = None
+    ) -> Op[Any]:
         """Run a write script that registers the thread: in the script on a standalone
-        server, just before it in a Cluster (the registry is in another slot there)."""
+        server, just before it in a Cluster (the registry is in another slot there). A
+        ``PUT`` passes ``root``, the id of the root checkpoint it stores (else ``None``):
+        the thread index is updated with it the same way (its arguments 7 and 8)."""
         keys = self.keys(thread_id)
+        put = script is lua.PUT
         if not self.cluster:
             extra = (self.score(), self.tag(thread_id))
-            registry = (self.registry, self.counter)
+            registry: tuple[bytes, ...] = (self.registry, self.counter)
+            if put:
+                registry += (self.heads, self.head_of)
+                field = ordered(thread_id)
+                member = ordered(root) + field if root else b""
+                args = (*args[:3], member, field, *args[3:])
             return (yield Eval(script, (*keys, *registry), (ttl, *extra, *args)))
-        _, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
+        before = [self.touch(thread_id)]
+        if put:  # before the script, like the registry: a reader checks it against it
+            args = (*args[:3], b"", b"", *args[3:])
+            if root is not None:
+                before.append(self.index("max", [(thread_id, root)]))
+        *_, reply = yield Batch((*before, Eval(script, keys, (ttl, "", "", *args))))
         return reply
 
     def put(self, serde: SerializerProtocol, prepared: PreparedPut) -> Op[None]:
@@ -126,14 +141,15 @@ class Plans(Reads):
             ref, run, (load, extra), prepared.parent_id, prepared.metadata_json, prepared.checkpoint
         )
         head = (ref, record, run + ref if run else b"")
-        stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
+        root = prepared.checkpoint_id if not ns else None
+        stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs, root=root)
         if stale != 1:  # a delta's base changed since this process wrote it: send it whole
             for index in stale:
                 plan = planned[index - 1][1]
                 assert plan.fallback is not None
                 whole = encode_value(blobs[5 * index - 5], ens, plan.fallback)
                 blobs[5 * index - 4 : 5 * index - 1] = [whole, b"", b""]
-            yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs)
+            yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs, root=root)
         for index, (key, plan) in planned.items():  # for the next version's delta
             fell_back = stale != 1 and index + 1 in stale
             self.written.remember(key, plan.remember_fallback if fell_back else plan.remember)
@@ -165,7 +181,8 @@ class Plans(Reads):
         thread, whatever its size."""
         for thread_id in thread_ids:
             delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
-            yield Batch((delete, self.untouch(thread_id)))
+            unindex = self.index("del", [(thread_id, None)])
+            yield Batch((delete, self.untouch(thread_id), unindex))
 
     def delete_runs(self, run_ids: Sequence[str]) -> Op[None]:
         """Probe every registered thread for these runs, and delete a batch of their
@@ -181,10 +198,14 @@ class Plans(Reads):
                     for run in runs
                 )
             )
+            touched = []
             for i, thread_keys in enumerate(keys):
                 if any(probes[i * len(runs) : (i + 1) * len(runs)]):
                     while (yield Eval(lua.DELETE_RUNS, thread_keys, (SCAN, *runs))) >= SCAN:
                         pass
+                    touched.append(threads[start + i])
+            if touched:  # their newest root checkpoints may be gone
+                yield from self.reindex(touched, "set")
 
     def copy_thread(self, source: str, target: str) -> Op[None]:
         """Copy the source into staging keys page by page, then rename them onto the
@@ -221,6 +242,7 @@ class Plans(Reads):
             _, done = yield Batch((self.touch(target), finish))
             if done:
                 yield Cmd(("DEL", base + b"done"))  # it only had to outlive a retried call
+                yield from self.reindex([target], "max")
                 return
             raise ThreadExistsError(
                 f"cannot copy thread {source!r} into {target!r}: {target!r} got data while "

@@ -38,6 +38,7 @@ from statekeeper.backends.redis._integrity.verify import Verify
 from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
 from statekeeper.backends.redis._writes import Plans
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import MODES, ON_CORRUPT, check_choice
 from statekeeper.errors import (
@@ -54,6 +55,7 @@ __all__ = ["RedisCheckpointer"]
 
 TaskWrites = list[TaskWrite]
 Damages = list[Damage]
+Heads = list[Head]
 T = TypeVar("T")
 LAYOUT_VERSION = lua.LAYOUT_VERSION
 _OPTIONS: dict[str, type] = {
@@ -194,13 +196,23 @@ class RedisCheckpointer(Checkpointer):
                     "nothing was ever stored there; check the prefix and the database "
                     "number (opened read-only, nothing was created)"
                 )
+            indexed = stored is not None and not _older(stored)
         else:
             registry = (self._plans.registry, self._plans.counter)
             try:
+                held = yield Cmd(("GET", key))
+                if _older(held):  # build the thread index before the layout says it is there
+                    threads = yield from self._plans.registered(lenient=True)
+                    yield from self._plans.reindex(threads, "max")
                 stored = yield Eval(lua.LAYOUT, (key.encode(),), (LAYOUT_VERSION,))
                 yield from _count_registry(registry)
+                indexed = True
             except ReadOnlyError:  # a replica: reads work, and writes will say why they fail
                 stored = yield Cmd(("GET", key))
+                indexed = not _older(stored)
+        # keys of a layout before the thread index that could not be upgraded (opened
+        # read-only, or a replica): listing threads scans them
+        self._plans.indexed = indexed
         if stored is None:
             return
         if not (stored.isascii() and stored.isdigit()):
@@ -294,6 +306,13 @@ class RedisCheckpointer(Checkpointer):
         required), in ``get_tuple``'s order, with their task paths; ``[]`` for an unknown
         checkpoint. One script call."""
         return self._run(self._plans.writes(self.serde, config), _thread(config))
+
+    def _thread_heads(self, limit: int, after: Head | None) -> Heads:
+        """A page of the thread index (a sorted set beside the registry, kept by every
+        write: see docs/redis.md); keys of an older layout opened read-only are scanned."""
+        if not self._plans.indexed:
+            return super()._thread_heads(limit, after)
+        return self._run(self._plans.thread_heads(limit, after), None)
 
     def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
         """A claim (see :meth:`Checkpointer.claim_thread`) holds across every process and
@@ -418,6 +437,12 @@ class RedisCheckpointer(Checkpointer):
     ) -> Mapping[str, DeltaChannelHistory]:
         plan = self._plans.delta_history(self.serde, config, channels)
         return await self._arun(plan, _thread(config))
+
+
+def _older(stored: bytes | None) -> bool:
+    """Whether a layout key holds a version before the thread index (3); ``None``, an
+    empty prefix, or a key that is no version (refused later) is not."""
+    return stored is not None and stored.isascii() and stored.isdigit() and int(stored) < 3
 
 
 def _count_registry(registry: tuple[bytes, bytes]) -> Op[None]:

@@ -12,7 +12,9 @@ Tables (see ``MIGRATIONS``; what each checksum covers: :mod:`._integrity`):
   sum of its pending writes.
 * ``blobs`` — each channel value once per (thread, namespace, channel, version).
 * ``writes`` — pending writes per checkpoint, task and index, with their ``task_path``.
-* ``heads`` — per (thread, namespace): the newest checkpoint id and how many there are.
+* ``heads`` — per (thread, namespace): the newest checkpoint id and how many there are;
+  its root-namespace rows, indexed by (newest id, thread id), are the thread index
+  (``Checkpointer.thread_heads``), kept in the transaction of every write.
 * ``checkpoint_integrity`` — ``legacy_rows``: how many rows were written before checksums.
 """
 
@@ -140,6 +142,12 @@ MIGRATIONS = (
             " checkpoints) + (SELECT COUNT(*) FROM blobs) + (SELECT COUNT(*) FROM writes)",
         ),
     ),
+    # The thread index: the root-namespace heads, newest first, a page per query.
+    Migration(
+        5,
+        "an index of the threads by their newest root checkpoint",
+        ("CREATE INDEX heads_threads ON heads (newest_id, thread_id) WHERE checkpoint_ns = ''",),
+    ),
 )
 HEADS_VERSION = 4  # the first schema with checksums and heads
 LEGACY_ROWS = "SELECT value FROM checkpoint_integrity WHERE name = 'legacy_rows'"
@@ -177,6 +185,15 @@ COUNT_VALUES = (
 )
 SELECT_HEAD = (
     "SELECT newest_id, checkpoint_count FROM heads WHERE thread_id = ? AND checkpoint_ns = ?"
+)
+# A page of the thread index (heads_threads), after a (newest id, thread id) or from the top.
+THREAD_HEADS = (
+    "SELECT thread_id, newest_id FROM heads WHERE checkpoint_ns = ''"
+    " ORDER BY newest_id DESC, thread_id DESC LIMIT ?"
+)
+THREAD_HEADS_AFTER = (
+    "SELECT thread_id, newest_id FROM heads WHERE checkpoint_ns = ''"
+    " AND (newest_id, thread_id) < (?, ?) ORDER BY newest_id DESC, thread_id DESC LIMIT ?"
 )
 UPSERT_HEAD = (
     "INSERT INTO heads VALUES (?, ?, ?, 1) ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE"

@@ -57,6 +57,8 @@ from statekeeper.backends.sqlite._queries import (
     SELECT_WRITE_CRC,
     SELECT_WRITES,
     SELECT_WRITES_DIGEST,
+    THREAD_HEADS,
+    THREAD_HEADS_AFTER,
     UPDATE_CHECKPOINT,
     UPSERT_HEAD,
     CheckpointRow,
@@ -78,6 +80,7 @@ from statekeeper.backends.sqlite._reads import (
 )
 from statekeeper.backends.sqlite._values import write_value
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import (
     ON_CORRUPT,
@@ -93,6 +96,7 @@ __all__ = ["SqliteCheckpointer"]
 
 TaskWrites = list[TaskWrite]
 Damages = list[Damage]  # named here: the class has a method called list
+Heads = list[Head]
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +340,16 @@ class SqliteCheckpointer(Checkpointer):
             rows = [CheckpointRow._make(found) for found in conn.execute(sql, (*args, size))]
             page, last = read_page(conn, rows, self._rules, filter, (*scope, after))
         return page, last, len(rows) < size or last is None
+
+    def _thread_heads(self, limit: int, after: Head | None) -> Heads:
+        """A page of the ``heads`` table's root rows by the ``heads_threads`` index. A
+        database older than the heads (open read-only, so not migrated) is scanned."""
+        if not self._rules.heads:
+            return super()._thread_heads(limit, after)
+        sql, args = (THREAD_HEADS, ()) if after is None else (THREAD_HEADS_AFTER, after.rank)
+        with self._db.transaction(write=False) as conn:
+            rows = conn.execute(sql, (*args, limit)).fetchall()
+        return [Head(str(thread_id), str(newest_id)) for thread_id, newest_id in rows]
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         thread_id, ns, checkpoint_id = location(config)

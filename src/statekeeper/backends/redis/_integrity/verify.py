@@ -8,12 +8,13 @@ reads of its change stamp, so a snapshot is consistent even while others write.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper.backends.redis import _lua as lua
-from statekeeper.backends.redis._client import untag
+from statekeeper.backends.redis._client import ordered, split_ordered, untag
 from statekeeper.backends.redis._integrity.audit import Audit, Fix, Snapshot
 from statekeeper.backends.redis._integrity.seal import (
     BACKEND,
@@ -24,7 +25,8 @@ from statekeeper.backends.redis._integrity.seal import (
     path,
 )
 from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
-from statekeeper.backends.redis._layout import Layout
+from statekeeper.backends.redis._layout import END, Layout
+from statekeeper.backends.redis._listing import read_roots
 from statekeeper.errors import Damage, StorageError
 
 __all__ = ["Verify"]
@@ -74,7 +76,74 @@ class Verify:
                 yield Cmd(("SET", key, lua.LAYOUT_VERSION, "NX"))
         for thread_id in threads:
             found += yield from self.thread(thread_id, repair=repair)
+        if self.layout.indexed:  # (keys of an older layout, read-only, have no index)
+            found += yield from self.thread_index(threads, repair=repair)
         return found
+
+    def thread_index(self, threads: list[str], *, repair: bool) -> Op[list[Damage]]:
+        """The damage of the thread index: entries that disagree with the threads'
+        newest root checkpoints (read twice, so that a thread written between the two
+        reads is no damage). ``repair``: rebuilt from the threads."""
+        layout = self.layout
+        keys = (layout.heads, layout.head_of)
+        kinds = [_text(kind) for kind in (yield Batch(tuple(Cmd(("TYPE", k)) for k in keys)))]
+        found = [
+            Damage(
+                f"the thread index holds a {kind}, not a {want}",
+                BACKEND,
+                record="index",
+                path=path(k),
+            )
+            for k, kind, want in zip(keys, kinds, ("zset", "hash"), strict=True)
+            if kind not in ("none", want)
+        ]
+        wrong: set[bytes] = set()
+        if not found:
+            for _ in range(2):  # a thread that differs only once was written meanwhile
+                differ = yield from self._index_differs(threads)
+                wrong = differ if not wrong else wrong & differ
+                if not wrong:
+                    break
+        if wrong:
+            names = sorted(_thread_name(field) for field in wrong)
+            shown = ", ".join(repr(n) for n in names[:5]) + (", ..." if len(names) > 5 else "")
+            reason = (
+                f"the thread index disagrees with {len(names)} threads' newest root "
+                f"checkpoints ({shown}): entries deleted, left behind or damaged"
+            )
+            found.append(Damage(reason, BACKEND, record="index", path=path(layout.heads)))
+        if repair and found:
+            found = [replace(d, reason=f"{d.reason} [rebuilt from the threads]") for d in found]
+            yield Cmd(("DEL", *keys))
+            for start in range(0, len(threads), PAGE):
+                chunk = threads[start : start + PAGE]
+                newest = yield from read_roots(layout, chunk)
+                if there := [(t, n) for t, n in zip(chunk, newest, strict=True) if n]:
+                    yield layout.index("max", there)
+        return found
+
+    def _index_differs(self, threads: list[str]) -> Op[set[bytes]]:
+        """The fields (E(thread id)) where the index and the threads disagree."""
+        layout = self.layout
+        expected: dict[bytes, bytes] = {}
+        unreadable: set[bytes] = set()  # an ns key of another type: the thread reports it
+        for start in range(0, len(threads), PAGE):
+            chunk = threads[start : start + PAGE]
+            newest = yield from read_roots(layout, chunk)
+            for thread_id, checkpoint_id in zip(chunk, newest, strict=True):
+                field = ordered(thread_id)
+                if checkpoint_id == "":
+                    unreadable.add(field)
+                elif checkpoint_id is not None:
+                    expected[field] = ordered(checkpoint_id) + field
+        members = set((yield from self._members(layout.heads)))
+        fields = yield from self._fields(layout.head_of)
+        wrong = {f for f in expected.keys() | fields.keys() if expected.get(f) != fields.get(f)}
+        # members listed wrongly (left behind, stale) or missing
+        wrong |= {_field_of(member) for member in members ^ set(expected.values())}
+        if layout.ttl_ms:  # threads that expired are left in the index, as in the registry
+            wrong &= expected.keys()
+        return wrong - unreadable
 
     def thread(self, thread_id: str, *, repair: bool) -> Op[list[Damage]]:
         """The damage of one thread (repaired when ``repair``)."""
@@ -165,6 +234,18 @@ class Verify:
                     return False
                 batch = []
         return True
+
+
+def _field_of(member: bytes) -> bytes:
+    """The hash field (E(thread id)) of an index member E(checkpoint id) E(thread id)."""
+    return member[member.index(END) + 2 :] if END in member else member
+
+
+def _thread_name(field: bytes) -> str:
+    try:
+        return split_ordered(field)[0]
+    except UnicodeDecodeError:
+        return repr(field)
 
 
 def _text(reply: bytes | str) -> str:
