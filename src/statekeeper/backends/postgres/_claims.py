@@ -67,7 +67,10 @@ class Claims:
             with contextlib.suppress(psycopg.Error):
                 if taken and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                     conn.execute("DELETE FROM claims WHERE thread_id = %s", (stored,))
-            conn.close()  # ends the session: the server releases the lock
+                    # released before close returns: a session's end is noticed by the
+                    # server a moment later, and a claim just given up must look free
+                    conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            conn.close()  # ends the session: the server releases the lock if still held
 
     def holder(self, thread_id: str) -> dict[str, Any] | None:
         """Who holds the claim (``None``: nobody), read without taking it."""
