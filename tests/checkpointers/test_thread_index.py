@@ -143,6 +143,21 @@ def _damage_index(saver: Any, backend: Any, url: str, thread_id: str, how: str) 
             else:
                 conn.execute("UPDATE heads SET newest_id = '0' WHERE thread_id = ?", (thread_id,))
         return
+    if backend.name == "postgres":
+        from urllib.parse import parse_qs, urlsplit
+
+        from tests.postgres_servers import connect
+
+        schema = parse_qs(urlsplit(url).query)["schema"][0]
+        with connect(url) as conn:
+            heads = f'"{schema}".heads'
+            if how == "delete":
+                conn.execute(f"DELETE FROM {heads} WHERE thread_id = %s", (thread_id,))
+            else:
+                conn.execute(
+                    f"UPDATE {heads} SET newest_id = '0' WHERE thread_id = %s", (thread_id,)
+                )
+        return
     from tests.redis_servers import REDIS, client_for
 
     prefix = saver.prefix

@@ -97,6 +97,21 @@ MIGRATIONS = (
             f"CREATE TABLE claims (thread_id text {C} PRIMARY KEY, holder text NOT NULL)",
         ),
     ),
+    Migration(
+        2,
+        "the thread index: root-namespace heads, newest first",
+        ("CREATE INDEX heads_threads ON heads (newest_id, thread_id) WHERE checkpoint_ns = ''",),
+    ),
+)
+# A page of the thread index (Checkpointer.thread_heads), by heads_threads; ids as stored,
+# whose order is the ids' own (encode_id preserves it; the columns are COLLATE "C").
+THREAD_HEADS = (
+    "SELECT thread_id, newest_id FROM heads WHERE checkpoint_ns = ''"
+    " ORDER BY newest_id DESC, thread_id DESC LIMIT %s"
+)
+THREAD_HEADS_AFTER = (
+    "SELECT thread_id, newest_id FROM heads WHERE checkpoint_ns = ''"
+    " AND (newest_id, thread_id) < (%s, %s) ORDER BY newest_id DESC, thread_id DESC LIMIT %s"
 )
 
 

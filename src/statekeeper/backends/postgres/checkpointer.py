@@ -33,17 +33,24 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.deltas import PlannedValue, RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import safe_serde
-from statekeeper.backends.postgres import POOL_OPTIONS, Connection, encode_id, split_options
+from statekeeper.backends.postgres import (
+    POOL_OPTIONS,
+    Connection,
+    decode_id,
+    encode_id,
+    split_options,
+)
 from statekeeper.backends.postgres._claims import Claims
-from statekeeper.backends.postgres._database import Database, Op
+from statekeeper.backends.postgres._database import Database, Op, Q
 from statekeeper.backends.postgres._integrity import Where, with_location
 from statekeeper.backends.postgres._listing import Listing
 from statekeeper.backends.postgres._maintenance import Maintenance
 from statekeeper.backends.postgres._reads import Raw, Reader, decode_raw, decode_writes
-from statekeeper.backends.postgres._schema import MIGRATIONS
+from statekeeper.backends.postgres._schema import MIGRATIONS, THREAD_HEADS, THREAD_HEADS_AFTER
 from statekeeper.backends.postgres._verify import verify
 from statekeeper.backends.postgres._writes import put, put_writes
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
+from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import ON_CORRUPT, check_choice, location
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage
@@ -56,6 +63,7 @@ TaskWrites = list[TaskWrite]
 Damages = list[Damage]  # named here: the class has a method called list
 Plans = list[PlannedValue]
 Chosen = list[bool]
+Heads = list[Head]
 logger = logging.getLogger(__name__)
 
 _OPTIONS: dict[str, type] = {
@@ -225,6 +233,18 @@ class PostgresCheckpointer(Checkpointer):
         return Where(self._db.display, thread_id, ns, checkpoint_id), lambda: self._reader.writes(
             key
         )
+
+    def _thread_heads(self, limit: int, after: Head | None) -> Heads:
+        """A page of the ``heads`` table's root rows by the ``heads_threads`` index."""
+
+        def make() -> Op[Any]:
+            if after is None:
+                return (yield Q(THREAD_HEADS, (limit,)))
+            stored = (encode_id(after.checkpoint_id), encode_id(after.thread_id))
+            return (yield Q(THREAD_HEADS_AFTER, (*stored, limit)))
+
+        rows = self._db.run(make)
+        return [Head(decode_id(thread_id), decode_id(newest)) for thread_id, newest in rows]
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         where, make = self._writes_op(config)
