@@ -116,9 +116,11 @@ def test_a_second_round_follows_the_names_of_the_first(store: MemoryStore) -> No
     names = _chain(store)
     question = "Which city did Ana fly to when visiting Karim?"
     as_of = Freshness(as_of=T0 + 10 * DAY)
-    first = recall(store, ANA, question, limits=Limits(k=5, min_score=0.3), freshness=as_of)
+    one = Limits(k=5, hops=None)
+    first = recall(store, ANA, question, limits=one, freshness=as_of)
     assert [names[hit.key] for hit in first] == ["booking"]
-    hops = Limits(k=5, min_score=0.3, hops=Hops())
+    hops = Limits(k=5)  # Hops() is the default
+    assert hops.hops == Hops()
     hopped = recall(store, ANA, question, limits=hops, freshness=as_of)
     assert [names[hit.key] for hit in hopped] == ["booking", "home"]
     # best first and above the floor: a hop scores at most what the first round's last did

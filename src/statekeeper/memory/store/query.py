@@ -20,6 +20,7 @@ a half-open interval ``[start, end)`` in that moment's timezone.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import re
@@ -126,9 +127,11 @@ def check_freshness(max_age: object, half_life: object) -> None:
 class Limits:
     """What recall may return: at most ``k`` notes, each scoring at least ``min_score``
     (and above 0), among the items that match ``filter`` (a LangGraph store filter, as in
-    ``store.search``; ``None``: every note). With ``hops`` (a :class:`Hops`), a second
-    round seeded by the names in the first round's best hits may add a few notes, within
-    the same ``k`` and floor.
+    ``store.search``; ``None``: every note). With ``hops`` (a :class:`Hops`, by default
+    ``Hops()``; ``None``: one round), a second round seeded by the names in the first
+    round's best hits may add a few notes, within the same ``k`` and floor: on the dev
+    split of ``benchmarks/memory`` it finds the second hop of multi-hop questions and
+    changes no other kind's hits (``docs/memory-eval.md``).
 
     Raises:
         ConfigurationError: ``k`` is not an integer >= 1, or ``min_score`` is not a number
@@ -138,7 +141,7 @@ class Limits:
     k: int = 5
     min_score: float = DEFAULT_MIN_SCORE
     filter: Mapping[str, Any] | None = None
-    hops: Hops | None = None
+    hops: Hops | None = dataclasses.field(default_factory=lambda: Hops())
 
     def __post_init__(self) -> None:
         check_options(self.k, self.min_score)
