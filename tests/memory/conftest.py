@@ -78,6 +78,16 @@ def pick_store(name: str, backend: Backend, tmp_path: Path) -> Iterator[Any]:
             backend.cleanup(url)
 
 
+@pytest.fixture(params=["statekeeper", "statekeeper+embed"])
+def store_either(
+    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
+) -> Iterator[MemoryStore]:
+    """``store`` without and with embeddings on: for the search contracts that must hold
+    either way (scores in [0, 1], never padded, filter and paging, what is searched)."""
+    with pick_store(request.param, store_backend, tmp_path) as opened:
+        yield opened
+
+
 @pytest.fixture(params=MATRIX_BACKENDS, ids=str)
 def matrix_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
     """``store`` for the matrices of cases described at ``MATRIX_BACKENDS``."""
