@@ -193,6 +193,14 @@ def test_eval_on_the_tiny_dataset(capsys: Any) -> None:
     assert code == EXIT["ok"], err
     report = json.loads(out)
     assert set(report["metrics"]) == {"pipeline", "baseline"}
+    assert report["settings"]["windows"] is True
+    assert report["settings"]["hops"] == {"seeds": 2, "max_notes": 2, "max_tokens": 120}
+    argv = ("memory", "eval", str(DATA / "tiny.json"), "--no-hops", "--no-windows", "--json")
+    code, out, err = cli(capsys, *argv)
+    assert code == EXIT["ok"], err
+    settings = json.loads(out)["settings"]
+    assert settings["windows"] is False
+    assert "hops" not in settings
 
 
 def test_eval_answers_on_the_tiny_dataset(tmp_path: Path, capsys: Any) -> None:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.store.memory import InMemoryStore
 
 from statekeeper.memory.notes import Note, Provenance
 from statekeeper.memory.store import MemoryStore, open_store
@@ -49,6 +51,40 @@ def store_url(store_backend: Backend, tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def store(store_url: str) -> Iterator[MemoryStore]:
     with open_store(store_url) as opened:
+        yield opened
+
+
+# How the recall suites see a store: ours, ours with embeddings on (``embed=static``: the
+# store contracts recall relies on, provenance, freshness, the conflict policy and the
+# relevance floor, hold with the vectors too), and LangGraph's InMemoryStore (no index: it
+# ignores queries, so recall scores its notes itself).
+ANY_STORES = ["statekeeper", "statekeeper+embed", "langgraph-inmemory"]
+
+
+@contextmanager
+def pick_store(name: str, backend: Backend, tmp_path: Path) -> Iterator[Any]:
+    """The store ``name`` (one of ``ANY_STORES``) on ``backend``, cleaned up after."""
+    if name == "langgraph-inmemory":
+        yield InMemoryStore()
+        return
+    url = backend.url_for(tmp_path / "store")
+    if name == "statekeeper+embed":
+        url += ("&" if "?" in url else "?") + "embed=static"
+    try:
+        with open_store(url) as opened:
+            yield opened
+    finally:
+        if backend.cleanup is not None:
+            backend.cleanup(url)
+
+
+@pytest.fixture(params=["statekeeper", "statekeeper+embed"])
+def store_either(
+    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
+) -> Iterator[MemoryStore]:
+    """``store`` without and with embeddings on: for the search contracts that must hold
+    either way (scores in [0, 1], never padded, filter and paging, what is searched)."""
+    with pick_store(request.param, store_backend, tmp_path) as opened:
         yield opened
 
 

@@ -49,6 +49,7 @@ def test_the_public_surface_is_pinned() -> None:
         "ExtractiveSummarizer",
         "Freshness",
         "Hit",
+        "Hops",
         "Limits",
         "Note",
         "NoteOptions",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +30,8 @@ from statekeeper.memory.node import NoteOptions, SummarizationNode
 from statekeeper.memory.notes import Note, Provenance
 from statekeeper.memory.recall import Freshness, recall
 from statekeeper.memory.retrieval import format_memories
-from statekeeper.memory.store import SqliteStore
-from tests.memory.conftest import T0
+from tests.conftest import Backend
+from tests.memory.conftest import ANY_STORES, T0, pick_store
 
 NS = ("users", "ana")
 LATER = T0 + datetime.timedelta(days=365)  # recall as of a year on
@@ -60,9 +62,12 @@ PORTO = fact("Ana moved to Porto and lives there now", 10)
 TORONTO = fact("Ana lives in Toronto since the move", 20)
 
 
-@pytest.fixture(params=["statekeeper", "langgraph-inmemory"])
-def any_store(request: pytest.FixtureRequest, store: SqliteStore) -> Any:
-    return store if request.param == "statekeeper" else InMemoryStore()
+@pytest.fixture(params=ANY_STORES)
+def any_store(
+    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
+) -> Iterator[Any]:
+    with pick_store(request.param, store_backend, tmp_path) as opened:
+        yield opened
 
 
 def stored(target: Any, namespace: tuple[str, ...] = NS) -> dict[str, Note]:

@@ -4,18 +4,20 @@
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from langchain_core.messages import HumanMessage
-from langgraph.store.memory import InMemoryStore
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.notes import Note
 from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Limits, recall
 from statekeeper.memory.retrieval import RetrievalNode
 from statekeeper.memory.store import SqliteStore
-from tests.memory.conftest import ANA, T0, make_note
+from tests.conftest import Backend
+from tests.memory.conftest import ANA, ANY_STORES, T0, make_note, pick_store
 
 DAY = datetime.timedelta(days=1)
 
@@ -28,9 +30,12 @@ def clock(day: float) -> Any:
     return lambda: at(day)
 
 
-@pytest.fixture(params=["statekeeper", "langgraph-inmemory"])
-def any_store(request: pytest.FixtureRequest, store: SqliteStore) -> Any:
-    return store if request.param == "statekeeper" else InMemoryStore()
+@pytest.fixture(params=ANY_STORES)
+def any_store(
+    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
+) -> Iterator[Any]:
+    with pick_store(request.param, store_backend, tmp_path) as opened:
+        yield opened
 
 
 def put(target: Any, *notes: Note) -> list[str]:

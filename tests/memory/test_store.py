@@ -269,7 +269,8 @@ def test_list_namespaces(store: MemoryStore) -> None:
 # -- query search: relevance -------------------------------------------------------------
 
 
-def test_query_scores_are_normalised_and_never_pad(store: MemoryStore) -> None:
+def test_query_scores_are_normalised_and_never_pad(store_either: MemoryStore) -> None:
+    store = store_either
     store.put(NS, "mode", {"text": "Ana prefers dark mode in every editor"})
     store.put(NS, "dog", {"text": "Ana adopted a beagle called Biscuit"})
     store.put(NS, "deploy", {"text": "Deploys happen on Tuesdays"})
@@ -288,7 +289,8 @@ def test_query_scores_are_normalised_and_never_pad(store: MemoryStore) -> None:
     assert ranked[0].score > ranked[1].score  # type: ignore[operator]
 
 
-def test_query_search_honours_filter_limit_and_offset(store: MemoryStore) -> None:
+def test_query_search_honours_filter_limit_and_offset(store_either: MemoryStore) -> None:
+    store = store_either
     for i in range(6):
         store.put(NS, f"k{i}", {"text": "dark mode" + " editor" * (i % 2), "i": i})
     store.put(NS, "light", {"text": "light mode", "i": 9})
@@ -360,7 +362,10 @@ def test_index_fields_choose_the_searchable_text() -> None:
         assert "c" in keys(store.search(NS))
 
 
-def test_a_note_is_searched_by_its_text_and_topics_not_its_provenance(store: MemoryStore) -> None:
+def test_a_note_is_searched_by_its_text_and_topics_not_its_provenance(
+    store_either: MemoryStore,
+) -> None:
+    store = store_either
     from tests.memory.conftest import make_note
 
     note = make_note("Ana adopted a beagle", topics=("Biscuit",), thread_id="kubernetes")

@@ -325,6 +325,14 @@ def _add_eval(commands: Commands) -> None:
         help="store for the notes (default memory://)",
     )
     sub.add_argument(
+        "--no-hops", action="store_true", help="recall in one round (no multi-hop second round)"
+    )
+    sub.add_argument(
+        "--no-windows",
+        action="store_true",
+        help="ignore the time windows questions name ('in April 2024', 'last week')",
+    )
+    sub.add_argument(
         "--answers",
         action="store_true",
         help="answer quality per condition (full history, window, summary, recall...)",
@@ -363,8 +371,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     floor = DEFAULT_MIN_SCORE if args.min_score is None else args.min_score
     settings = EvalSettings(
         budget_tokens=args.budget,
-        limits=Limits(k=args.k, min_score=floor),
+        limits=Limits(k=args.k, min_score=floor, **({"hops": None} if args.no_hops else {})),
         store_url=args.eval_store,
+        windows=not args.no_windows,
     )
     if args.answers:
         return _eval_answers(args, dataset, settings)

@@ -32,7 +32,7 @@ from typing import Any
 from statekeeper.memory.metrics import memory_stats
 from statekeeper.memory.node import NoteOptions, SummarizationNode, SummaryState, with_summary
 from statekeeper.memory.notes import Note
-from statekeeper.memory.recall import Freshness, Hit, Limits, recall
+from statekeeper.memory.recall import Freshness, Hit, Hops, Limits, recall
 from statekeeper.memory.retrieval import RetrievalNode, format_memories
 from statekeeper.memory.store import open_store
 from statekeeper.memory.summarize import ChatModelSummarizer, ExtractiveSummarizer
@@ -42,6 +42,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "Freshness",
     "Hit",
+    "Hops",
     "Limits",
     "Note",
     "NoteOptions",

@@ -7,7 +7,10 @@ items in insertion order). Scores are the normalised relevance of ``docs/memory-
 
 Then time: only notes that hold at the moment asked about (``as_of``, by default now) are
 recalled, so a superseded or expired note is not; ``max_age`` drops notes said too long
-ago, and ``half_life`` ranks recent notes above older ones of equal relevance.
+ago, and ``half_life`` ranks recent notes above older ones of equal relevance. A question
+naming a time window ("last week", "in March") ranks the notes said in it first
+(``Freshness.windows``), and ``Limits.hops`` adds a bounded second round for questions
+whose answer is one note away from the notes they name (multi-hop).
 
 The knobs come in frozen option objects, :class:`Limits` (how many notes, how relevant,
 which items) and :class:`Freshness` (the moment, what age does), shared with
@@ -21,9 +24,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import logging
-import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,17 @@ from statekeeper.errors import ConfigurationError, SerializationError
 from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
 from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
 from statekeeper.memory.store.lexical import score_texts
+from statekeeper.memory.store.query import (
+    DEFAULT_MIN_SCORE,
+    Clock,
+    Freshness,
+    Hops,
+    Limits,
+    TimeWindow,
+    hop_query,
+    merge_hops,
+    time_window,
+)
 from statekeeper.memory.store.values import indexed_texts
 
 __all__ = [
@@ -41,6 +54,7 @@ __all__ = [
     "Clock",
     "Freshness",
     "Hit",
+    "Hops",
     "Limits",
     "RecallKeywords",
     "RecallLog",
@@ -49,102 +63,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The relevance floor. Measured on a hand-labelled set of 40 notes of one person's memory
-#: and 67 queries (38 questions, 12 chat turns, 17 about nothing stored): at 0.3 lexical
-#: recall keeps 86% of the relevant notes at 86% precision, the best F1 of the floors
-#: tried, and it is the lowest floor at which no unrelated query gets a note. On the dev
-#: split of ``benchmarks/memory`` it beats raw-message BM25 on Hit@5 and MRR with about a
-#: third of its tokens. See ``docs/memory-store.md``.
-DEFAULT_MIN_SCORE = 0.3
-
+_LIMITS, _FRESHNESS = Limits(), Freshness()  # the defaults: frozen, so one of each serves
 _PAGE = 100  # items per request when a store has to be read page by page
-
-Clock = Callable[[], datetime.datetime]
-"""Returns the current time, timezone-aware."""
-
-
-def utcnow() -> datetime.datetime:
-    """The current time in UTC: the default clock."""
-    return datetime.datetime.now(datetime.UTC)
-
-
-def _moment(moment: object) -> datetime.datetime:
-    if not isinstance(moment, datetime.datetime) or moment.utcoffset() is None:
-        raise ConfigurationError(f"as_of must be a timezone-aware datetime, got {moment!r}")
-    return moment
-
-
-def check_options(k: object, min_score: object) -> None:
-    """Refuse a ``k`` below 1 or a ``min_score`` outside [0, 1] (ConfigurationError)."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ConfigurationError(f"k must be an integer >= 1, got {k!r}")
-    if (
-        not isinstance(min_score, int | float)
-        or isinstance(min_score, bool)
-        or not (math.isfinite(min_score) and 0.0 <= min_score <= 1.0)
-    ):
-        raise ConfigurationError(f"min_score must be a number in [0, 1], got {min_score!r}")
-
-
-def check_freshness(max_age: object, half_life: object) -> None:
-    """Refuse a ``max_age`` or ``half_life`` that is neither ``None`` nor a positive
-    ``timedelta`` (ConfigurationError)."""
-    for name, span in (("max_age", max_age), ("half_life", half_life)):
-        if span is not None and (
-            not isinstance(span, datetime.timedelta) or span <= datetime.timedelta(0)
-        ):
-            raise ConfigurationError(f"{name} must be a positive timedelta, got {span!r}")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What recall may return: at most ``k`` notes, each scoring at least ``min_score``
-    (and above 0), among the items that match ``filter`` (a LangGraph store filter, as in
-    ``store.search``; ``None``: every note).
-
-    Raises:
-        ConfigurationError: ``k`` is not an integer >= 1, or ``min_score`` is not a number
-            in [0, 1].
-    """
-
-    k: int = 5
-    min_score: float = DEFAULT_MIN_SCORE
-    filter: Mapping[str, Any] | None = None
-
-    def __post_init__(self) -> None:
-        check_options(self.k, self.min_score)
-
-
-@dataclass(frozen=True)
-class Freshness:
-    """The moment recall answers as of, and what age does to a note.
-
-    ``as_of`` (timezone-aware; ``None``: ``clock()`` at each recall) selects what was known
-    and held then; ``include_expired`` also admits notes superseded or expired by then;
-    ``max_age`` drops notes said (``observed_at``) longer than that before ``as_of``;
-    ``half_life`` ranks notes by relevance times ``0.5 ** (age / half_life)``. ``clock``
-    gives the current time (timezone-aware): the default ``as_of`` and the time of the
-    recall's log entry. See :func:`recall` for the exact rules.
-
-    Raises:
-        ConfigurationError: ``as_of`` is not a timezone-aware datetime, or ``max_age`` or
-            ``half_life`` is not a positive ``timedelta``.
-    """
-
-    as_of: datetime.datetime | None = None
-    include_expired: bool = False
-    max_age: datetime.timedelta | None = None
-    half_life: datetime.timedelta | None = None
-    clock: Clock = utcnow
-
-    def __post_init__(self) -> None:
-        if self.as_of is not None:
-            _moment(self.as_of)
-        check_freshness(self.max_age, self.half_life)
-
-    def moment(self) -> datetime.datetime:
-        """``as_of``, else the clock's time, checked to be timezone-aware."""
-        return _moment(self.as_of if self.as_of is not None else self.clock())
 
 
 @dataclass(frozen=True)
@@ -231,8 +151,8 @@ def recall(
     namespace: tuple[str, ...],
     query: str,
     *,
-    limits: Limits = Limits(),
-    freshness: Freshness = Freshness(),
+    limits: Limits = _LIMITS,
+    freshness: Freshness = _FRESHNESS,
     log: RecallLog | bool = True,
     **deprecated: Unpack[RecallKeywords],
 ) -> list[Hit]:
@@ -259,7 +179,15 @@ def recall(
     - with ``half_life``, notes are ranked by ``score * 0.5 ** (age / half_life)``, where
       age is ``as_of - observed_at`` (0 if negative); the floor still applies to the
       relevance ``score``, so decay reorders relevant notes but never turns an old,
-      relevant note away. Each hit carries its weight as ``freshness``.
+      relevant note away. Each hit carries its weight as ``freshness``;
+    - with ``freshness.windows`` (the default), a query naming a time window ("last
+      week", "in March 2024", "on 2024-04-26", "two weeks ago": see
+      :mod:`statekeeper.memory.store.query`), resolved against ``as_of``, ranks the
+      relevant notes said in it (``observed_at``) before the others, which still follow.
+
+    With ``limits.hops`` (a :class:`Hops`), the names in the first round's best hits are
+    searched for in a second round, under the same rules, and a few of the notes found
+    fill the places the first round left of ``k``, scored no higher than its last hit.
 
     With ``log`` (``True``, the default, or a :class:`RecallLog` naming the thread served),
     the recall is recorded in the store as a
@@ -290,15 +218,15 @@ def recall(
         if "thread_id" in given and log:  # as before: log=False records nothing
             log = RecallLog(thread_id=given["thread_id"])
     window = _Window(freshness.moment(), freshness.include_expired)
-    weigh = _Decay(window.at, freshness.max_age, freshness.half_life)
+    named = time_window(query, window.at) if freshness.windows else None
+    weigh = _Decay(window.at, freshness.max_age, freshness.half_life, named)
     if not query.strip():
         return []
     conditions = {**(limits.filter or {}), "kind": NOTE_KIND}
     search = _Search(namespace, query, limits.k, limits.min_score, conditions, window, weigh)
-    if getattr(store, "relevance_scores", False) is True:
-        hits = _from_scores(store, search)
-    else:
-        hits = _scored_here(store, search)
+    hits = _round(store, search)
+    if limits.hops is not None and hits:
+        hits = _hopped(store, search, hits, limits.hops)
     if log:
         thread_id = log.thread_id if isinstance(log, RecallLog) else None
         _log(store, search, thread_id, freshness.clock, hits)
@@ -346,6 +274,29 @@ class _Search:
 
     def hit(self, note: Note, score: float, item: Item) -> Hit:
         return Hit(note, score, item.key, item.namespace, self.weigh.freshness(note))
+
+
+def _round(store: BaseStore, search: _Search) -> list[Hit]:
+    if getattr(store, "relevance_scores", False) is True:
+        return _from_scores(store, search)
+    return _scored_here(store, search)
+
+
+def _hopped(store: BaseStore, search: _Search, hits: list[Hit], hops: Hops) -> list[Hit]:
+    """``hits`` followed by the notes a second round finds for the names in the best of
+    them, in the places ``hits`` leaves free of ``search.k``: at most ``hops.max_notes``
+    and ``hops.max_tokens`` tokens, each scored the lower of its own score and the
+    first round's last (so the list stays best first and above the floor)."""
+    room = search.k - len(hits)
+    seed = hop_query([hit.note.text for hit in hits[: hops.seeds]]) if room > 0 else ""
+    if not seed:
+        return hits
+    known = {(hit.namespace, hit.key) for hit in hits}
+    second = dataclasses.replace(search, query=seed, k=search.k + hops.max_notes)
+    found = [hit for hit in _round(store, second) if (hit.namespace, hit.key) not in known]
+    cap = min(hit.score for hit in hits)
+    added = merge_hops(found[:room], lambda hit: hit.note.text, hops)
+    return hits + [dataclasses.replace(hit, score=min(hit.score, cap)) for hit in added]
 
 
 def _scored_here(store: BaseStore, search: _Search) -> list[Hit]:
@@ -412,6 +363,12 @@ class _Decay:
     at: datetime.datetime
     max_age: datetime.timedelta | None
     half_life: datetime.timedelta | None
+    named: TimeWindow | None = None  # the time window the query names, if any
+
+    @property
+    def reorders(self) -> bool:
+        """Whether hits are ranked by more than relevance (so every relevant note is read)."""
+        return self.half_life is not None or self.named is not None
 
     def admits(self, note: Note) -> bool:
         return self.max_age is None or note.observed_at >= self.at - self.max_age
@@ -423,10 +380,15 @@ class _Decay:
         return float(0.5 ** (age / self.half_life))
 
     def best(self, hits: list[Hit], k: int) -> list[Hit]:
-        """The ``k`` best hits by relevance times freshness; ties keep their order."""
-        if self.half_life is not None:
-            hits = sorted(hits, key=lambda hit: -hit.score * hit.freshness)
-        return hits[:k]
+        """The ``k`` best hits: those said in the named window first, then by relevance
+        times freshness; ties keep their order."""
+        named, decays = self.named, self.half_life is not None
+
+        def rank(hit: Hit) -> tuple[bool, float]:
+            outside = named is not None and not named.holds(aware(hit.note.observed_at))
+            return outside, -hit.score * hit.freshness if decays else 0.0
+
+        return sorted(hits, key=rank)[:k] if self.reorders else hits[:k]
 
 
 def _from_scores(store: BaseStore, search: _Search) -> list[Hit]:
@@ -456,7 +418,7 @@ def _from_scores(store: BaseStore, search: _Search) -> list[Hit]:
                 search.stale += 1
                 continue
             hits.append(search.hit(note, score, item))
-            if search.weigh.half_life is None and len(hits) == search.k:
+            if not search.weigh.reorders and len(hits) == search.k:
                 return hits
         if len(page) < _PAGE:
             return search.weigh.best(hits, search.k)

@@ -58,7 +58,7 @@ from statekeeper.memory.eval._readers import ChatReader, Reader, Reading, SpanRe
 from statekeeper.memory.eval._report import ConversationStats, EvalReport, QuestionResult, render
 from statekeeper.memory.eval._settings import DEFAULT_BUDGET_TOKENS, EvalSettings
 from statekeeper.memory.notes import Note
-from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Hit, moved_keywords, recall
+from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Hit, moved_keywords, recall
 from statekeeper.memory.store import open_store
 from statekeeper.memory.summarize import Summarizer
 
@@ -168,7 +168,13 @@ def evaluate(
             stats.append(_stats(conversation, played))
             baseline = _Baseline(conversation)
             for question in asked.get(conversation.id, []):
-                hits = recall(store, played.namespace, question.question, limits=settings.limits)
+                hits = recall(
+                    store,
+                    played.namespace,
+                    question.question,
+                    limits=settings.limits,
+                    freshness=Freshness(as_of=played.ended, windows=settings.windows),
+                )
                 results[question.id] = QuestionResult(
                     id=question.id,
                     conversation=conversation.id,

@@ -20,6 +20,7 @@ an earlier ``as_of``, ``include_expired``), to show what staleness rules do to a
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -231,7 +232,7 @@ class _Contexts:
         self.k = settings.pipeline.limits.k
         self.pairs = list(conversation.messages())
         self.index = BM25Index([said(m) for _, m in self.pairs])
-        self.asked = Freshness(as_of=played.ended)
+        self.asked = Freshness(as_of=played.ended, windows=settings.pipeline.windows)
         self.full = history_context(self.pairs, self.budget)
         window = [(s, m) for s, m in self.pairs if m.id in played.live_window]
         self.window = history_context(window, self.budget)
@@ -242,6 +243,7 @@ class _Contexts:
     def recalled(self, query: str, freshness: FreshnessCut | Freshness) -> list[Hit]:
         if isinstance(freshness, FreshnessCut):
             freshness = freshness.freshness(self.played.ended)
+            freshness = dataclasses.replace(freshness, windows=self.settings.pipeline.windows)
         limits = self.settings.pipeline.limits
         return recall(
             self.store, self.played.namespace, query, limits=limits, freshness=freshness, log=False

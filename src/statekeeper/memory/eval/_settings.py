@@ -3,6 +3,7 @@ evaluations."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +21,16 @@ class EvalSettings:
     """What :func:`evaluate` runs: the :class:`SummarizationNode`'s ``budget_tokens``,
     ``keep_tokens`` and ``summarizer`` (``None``: its defaults), the :class:`Limits` of
     :func:`recall` (``k`` bounds the baseline's results too), and the store the notes go
-    to (``store_url``). The report's ``settings`` record them."""
+    to (``store_url``). ``windows`` is :class:`Freshness`'s for every recall (a question
+    naming a time window ranks the notes said in it first); questions are asked as of
+    the end of their conversation. The report's ``settings`` record them."""
 
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
     keep_tokens: int | None = None
     summarizer: Summarizer | None = None
     limits: Limits = _LIMITS
     store_url: str = "memory://"
+    windows: bool = True
 
     def node_options(self) -> dict[str, Any]:
         """The :class:`SummarizationNode`'s keywords these settings give."""
@@ -46,7 +50,10 @@ class EvalSettings:
             "min_score": self.limits.min_score,
             "store_url": self.store_url,
             "summarizer": self.summarizer.name if self.summarizer is not None else None,
+            "windows": self.windows,
         }
+        if self.limits.hops is not None:
+            settings["hops"] = dataclasses.asdict(self.limits.hops)
         if self.limits.filter is not None:
             settings["filter"] = dict(self.limits.filter)
         return settings
