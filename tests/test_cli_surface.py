@@ -18,7 +18,7 @@ from statekeeper.cli import EXIT, build_parser
 SURFACE = {
     "run": "graph --input --thread",
     "resume": "thread --answer --from --graph",
-    "threads": "--limit",
+    "threads": "--after --limit --status",
     "history": "thread --limit --ns",
     "show": "thread CHECKPOINT --checkpoint --ns",
     "diff": "thread FROM TO --ns",

@@ -324,19 +324,13 @@ def _add_eval(commands: Commands) -> None:
         metavar="URL",
         help="store for the notes (default memory://)",
     )
-    sub.add_argument(
-        "--no-hops", action="store_true", help="recall in one round (no multi-hop second round)"
-    )
-    sub.add_argument(
-        "--no-windows",
-        action="store_true",
-        help="ignore the time windows questions name ('in April 2024', 'last week')",
-    )
-    sub.add_argument(
-        "--answers",
-        action="store_true",
-        help="answer quality per condition (full history, window, summary, recall...)",
-    )
+    for flag, text in (
+        ("--no-hops", "recall in one round (no multi-hop second round)"),
+        ("--no-windows", "ignore the time windows questions name ('in April 2024', 'last week')"),
+        ("--answers", "answer quality per condition (full history, window, summary, recall...)"),
+        ("--no-sweep", "with --answers: skip the freshness sweep"),
+    ):
+        sub.add_argument(flag, action="store_true", help=text)
     sub.add_argument(
         "--reader",
         metavar="SPEC",
@@ -346,9 +340,6 @@ def _add_eval(commands: Commands) -> None:
         "--reader-budget",
         metavar="TOKENS",
         help="with --answers: the reader's context budget (default 4096; 'none': unlimited)",
-    )
-    sub.add_argument(
-        "--no-sweep", action="store_true", help="with --answers: skip the freshness sweep"
     )
     sub.add_argument(
         "--chart", metavar="PATH", help="with --answers: write an SVG chart of quality vs tokens"
