@@ -264,3 +264,28 @@ def test_a_file_log_past_its_head_is_listed_by_its_last_line(tmp_path: Any) -> N
         newest = _put(saver, "t")
         head.write_bytes(behind)
         assert saver.thread_heads(limit=1) == [Head("t", newest)]
+
+
+def test_a_cluster_put_killed_after_its_index_entry_is_no_damage(saver: Any, backend: Any) -> None:
+    """In a Cluster the index is written just before the put's script (another slot): a
+    put killed between the two leaves its thread indexed by a checkpoint it never stored
+    — the same harmless leftover as its registry entry. verify finds no damage, a repair
+    rebuilds the index, and the listing shows the thread by its real head."""
+    if backend.name != "redis-cluster":
+        pytest.skip("the index shares the put's script on every other backend")
+    from statekeeper.backends.redis._client import ordered
+    from tests.redis_servers import REDIS, client_for
+
+    stored = _put(saver, "a")
+    never_stored = str(uuid6())  # what the killed put was writing
+    client = client_for(REDIS.prefixes[saver.prefix])
+    registry = f"{saver.prefix}:{{{saver.prefix}:threads}}"
+    field = ordered("a")
+    member = ordered(never_stored) + field
+    client.zrem(f"{registry}:heads", ordered(stored) + field)
+    client.zadd(f"{registry}:heads", {member: 0})
+    client.hset(f"{registry}:head", field, member)
+    assert saver.verify() == []
+    assert [head.thread_id for head in saver.thread_heads(limit=10)] == ["a"]
+    assert saver.verify(repair=True) == []
+    assert saver.thread_heads(limit=10) == [Head("a", stored)]  # rebuilt from the thread

@@ -98,9 +98,10 @@ class Verify:
             if kind not in ("none", want)
         ]
         wrong: set[bytes] = set()
+        ahead: set[bytes] = set()
         if not found:
             for _ in range(2):  # a thread that differs only once was written meanwhile
-                differ = yield from self._index_differs(threads)
+                differ, ahead = yield from self._index_differs(threads)
                 wrong = differ if not wrong else wrong & differ
                 if not wrong:
                     break
@@ -112,7 +113,7 @@ class Verify:
                 f"checkpoints ({shown}): entries deleted, left behind or damaged"
             )
             found.append(Damage(reason, BACKEND, record="index", path=path(layout.heads)))
-        if repair and found:
+        if repair and (found or ahead):
             found = [replace(d, reason=f"{d.reason} [rebuilt from the threads]") for d in found]
             yield Cmd(("DEL", *keys))
             for start in range(0, len(threads), PAGE):
@@ -122,8 +123,14 @@ class Verify:
                     yield layout.index("max", there)
         return found
 
-    def _index_differs(self, threads: list[str]) -> Op[set[bytes]]:
-        """The fields (E(thread id)) where the index and the threads disagree."""
+    def _index_differs(self, threads: list[str]) -> Op[tuple[set[bytes], set[bytes]]]:
+        """The fields (E(thread id)) where the index and the threads disagree, and those
+        of them that are no damage: in a Cluster the index is written just before the
+        put's script (another slot), so a put killed between the two leaves its thread
+        indexed by a checkpoint newer than any it has (or by one, when it has none) —
+        harmless, as the registry entry it leaves is: a listing reads each listed
+        thread's real head, and the thread's next put replaces the entry (the newer id
+        wins). Those are left out of the damage, and rebuilt by a repair."""
         layout = self.layout
         expected: dict[bytes, bytes] = {}
         unreadable: set[bytes] = set()  # an ns key of another type: the thread reports it
@@ -143,7 +150,19 @@ class Verify:
         wrong |= {_field_of(member) for member in members ^ set(expected.values())}
         if layout.ttl_ms:  # threads that expired are left in the index, as in the registry
             wrong &= expected.keys()
-        return wrong - unreadable
+        ahead: set[bytes] = set()
+        if layout.cluster:
+            listed: dict[bytes, set[bytes]] = {}
+            for member in members:
+                listed.setdefault(_field_of(member), set()).add(member)
+            ahead = {
+                f
+                for f in wrong
+                if f in fields
+                and (f not in expected or fields[f] > expected[f])
+                and listed.get(f) == {fields[f]}  # the hash and the set agree: one put's
+            }
+        return wrong - unreadable - ahead, ahead
 
     def thread(self, thread_id: str, *, repair: bool) -> Op[list[Damage]]:
         """The damage of one thread (repaired when ``repair``)."""
