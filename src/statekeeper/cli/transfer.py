@@ -13,8 +13,9 @@ failure: everything that can be checked is checked before the target is opened.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from statekeeper.cli._common import (
     plural,
     progress,
 )
+from statekeeper.cli._discard import New, discard_if_empty, find_new
 from statekeeper.urls import redact
 
 _SKIP_HELP = (
@@ -76,7 +78,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
     bar, report = _progress("copy")
     with _open(args.source, read_only=True) as source:
         thread_ids = _source_threads(source, args)
-        with _open(args.target) as target:
+        new = find_new(args.target)
+        with _open(args.target) as target, _discarded_on_failure(target, new):
             try:
                 stats = copy_threads(
                     source, target, thread_ids, progress=report, skip_refused=args.skip_refused
@@ -171,11 +174,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     from statekeeper.transfer import check_dump
 
     bar, report = _progress("import")
-    with _input(args.file) as src, check_dump(src) as dump, _open(args.db) as saver:
-        try:
-            stats = dump.import_into(saver, progress=report)
-        finally:
-            bar.done()
+    with _input(args.file) as src, check_dump(src) as dump:
+        new = find_new(args.db)
+        with _open(args.db) as saver, _discarded_on_failure(saver, new):
+            try:
+                stats = dump.import_into(saver, progress=report)
+            finally:
+                bar.done()
     emit(
         args,
         stats,
@@ -198,6 +203,18 @@ def _open(url: str, *, read_only: bool = False) -> Any:
     if parse_url(url, transfer_schemes()).scheme in known_schemes():
         return open_saver(url, read_only=read_only)
     return open_any(url, read_only=read_only)
+
+
+@contextlib.contextmanager
+def _discarded_on_failure(target: Any, new: New) -> Iterator[None]:
+    """On any failure of the block (Ctrl-C too), once the transfer has deleted the
+    threads it wrote: discard the target storage if this command created it and it
+    holds nothing (:mod:`statekeeper.cli._discard`); then let the failure go on."""
+    try:
+        yield
+    except BaseException:
+        discard_if_empty(target, new)
+        raise
 
 
 def _refused(stats: Any) -> int:
