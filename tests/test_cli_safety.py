@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -310,8 +311,6 @@ def test_a_transfer_stopped_part_way_into_new_storage_leaves_nothing_behind(
 ) -> None:
     """Ctrl-C after three of eight checkpoints, into storage that did not exist: the
     storage the command created is discarded too — no file, no folder, no key."""
-    if stored.startswith("postgres"):
-        pytest.skip("an emptied PostgreSQL schema is kept (docs/cli.md)")
     data = tmp_path / "data"
     path = tmp_path / "dump.jsonl"
     path.write_text(dump)
@@ -322,8 +321,19 @@ def test_a_transfer_stopped_part_way_into_new_storage_leaves_nothing_behind(
     assert out == ""
     assert created(data, stored) == []
     assert not data.exists()  # the folder the command made for it too
+    if stored.startswith("postgres"):
+        assert not _schema_exists(stored)
     if stored.startswith("sqlite"):
         assert not list(tmp_path.glob("data*"))  # no -wal or -shm either
+
+
+def _schema_exists(url: str) -> bool:
+    import psycopg
+
+    schema = parse_qs(urlsplit(url).query)["schema"][0]
+    with psycopg.connect(url.split("?", 1)[0].replace("postgres://", "postgresql://")) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        return found.fetchone() is not None
 
 
 def test_a_stopped_transfer_keeps_an_existing_empty_folder_and_what_is_in_it(
@@ -342,3 +352,26 @@ def test_a_stopped_transfer_keeps_an_existing_empty_folder_and_what_is_in_it(
     code, _, err = cli(capsys, "copy", db, sqlite)
     assert code == EXIT["stopped"], err
     assert sorted(p.name for p in (folder / "other").iterdir()) == ["keep.txt"]
+
+
+def test_a_stopped_transfer_keeps_an_existing_empty_postgres_schema(
+    db: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema that was there before, empty, is never dropped (as ``public`` may be)."""
+    import psycopg
+
+    from tests.postgres_servers import POSTGRES
+
+    url = POSTGRES.url()
+    schema = parse_qs(urlsplit(url).query)["schema"][0]
+    try:
+        with psycopg.connect(url.split("?", 1)[0].replace("postgres://", "postgresql://")) as c:
+            c.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+        monkeypatch.setattr("statekeeper.cli.transfer.progress", _CtrlC)
+        code, _, err = cli(capsys, "copy", db, url)
+        assert code == EXIT["stopped"], err
+        assert _schema_exists(url)
+        code, out, _ = cli(capsys, "threads", "--db", url, "--json")
+        assert (code, json.loads(out)) == (EXIT["ok"], [])
+    finally:
+        POSTGRES.cleanup(url)

@@ -12,7 +12,9 @@ thread. Nothing that existed before the command is ever removed:
   it the open created (each only if empty);
 - Redis: the prefix's own keys (:meth:`RedisCheckpointer.forget_prefix`), when the
   prefix held no statekeeper data before;
-- anything else (PostgreSQL, memory, LangGraph's savers): nothing is removed.
+- PostgreSQL: the checkpointer's empty tables and then the schema, when the schema did
+  not exist and holds nothing else (``DROP ... RESTRICT``, in one transaction);
+- anything else (memory, LangGraph's savers): nothing is removed.
 """
 
 from __future__ import annotations
@@ -53,7 +55,9 @@ def find_new(url: str) -> New:
 
     parsed = parse_url(url, transfer_schemes())
     redis = parsed.scheme in _REDIS
-    if not (redis or parsed.scheme in ("sqlite", "file")) or "mode" in parsed.options:
+    postgres = parsed.scheme in ("postgres", "postgresql")
+    local = parsed.scheme in ("sqlite", "file")
+    if not (redis or postgres or local) or "mode" in parsed.options:
         return New(storage=False)
     assert parsed.scheme in known_schemes()
     try:
@@ -66,6 +70,13 @@ def find_new(url: str) -> New:
         return New(storage=False)
     if redis:
         return New(storage=True)
+    if postgres:
+        from statekeeper.backends.postgres.checkpointer import PostgresCheckpointer
+
+        try:  # a schema that is there (public...) is never dropped, even empty
+            return New(storage=not PostgresCheckpointer.schema_exists(parsed))
+        except StatekeeperError:
+            return New(storage=False)
     path = Path(_local_path(parsed)).expanduser().absolute()
     if parsed.scheme == "sqlite" and path.exists():
         return New(storage=False)  # a file that is there, though not a database we read
@@ -109,6 +120,10 @@ def _discard(saver: Any, new: New) -> bool:
 
     if isinstance(saver, RedisCheckpointer):
         return saver.forget_prefix()
+    if type(saver).__name__ == "PostgresCheckpointer":  # imported only when used
+        dropped: bool = saver.discard_schema_if_empty()
+        saver.close()
+        return dropped
     if isinstance(saver, SqliteCheckpointer):
         path = Path(saver.path).absolute()
         saver.close()
