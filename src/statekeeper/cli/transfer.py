@@ -7,7 +7,8 @@ savers (``langgraph+sqlite:///old.db``, ``langgraph+postgres://...``: docs/migra
 A value the source's serde refuses stops ``copy`` and ``export`` with every refusal
 listed (exit 5, nothing moved); with ``--skip-refused`` the other threads are moved, the
 refused ones listed, and the exit is 5 still. ``copy`` and ``import`` create nothing on
-failure: everything that can be checked is checked before the target is opened.
+failure: everything that can be checked is checked before the target is opened, and
+storage they created is discarded again if writing fails.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ def cmd_copy(args: argparse.Namespace) -> int:
     Creates nothing on failure: the source is read and the threads to copy are found
     before the target is opened (a missing source, a missing thread or an unreachable
     target leaves no new database, directory or key behind), and a copy that fails
-    part-way deletes the threads it wrote.
+    part-way deletes the threads it wrote, then the target storage if it created it
+    (:mod:`statekeeper.cli._discard`).
     """
     from statekeeper.transfer import copy_threads
 
@@ -169,7 +171,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     Creates nothing on failure: the whole dump is read and checked before the target is
     even opened, so a corrupt, truncated or crafted dump leaves no new database,
     directory or key behind; threads the target already has are refused (exit 5) before
-    anything is written, and an import that fails part-way deletes the threads it wrote.
+    anything is written, and an import that fails part-way deletes the threads it wrote,
+    then the target storage if it created it (:mod:`statekeeper.cli._discard`).
     """
     from statekeeper.transfer import check_dump
 
