@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -296,3 +297,81 @@ def test_a_transfer_stopped_part_way_leaves_no_thread_behind(
     assert history(capsys, stored, "kept") == before
     code, out, _ = cli(capsys, "threads", "--db", stored, "--json")
     assert [row["thread_id"] for row in json.loads(out)] == ["kept"]
+
+
+@pytest.mark.parametrize("command", ["copy", "import"])
+def test_a_transfer_stopped_part_way_into_new_storage_leaves_nothing_behind(
+    stored: str,
+    db: str,
+    dump: str,
+    command: str,
+    tmp_path: Path,
+    capsys: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C after three of eight checkpoints, into storage that did not exist: the
+    storage the command created is discarded too — no file, no folder, no key."""
+    data = tmp_path / "data"
+    path = tmp_path / "dump.jsonl"
+    path.write_text(dump)
+    monkeypatch.setattr("statekeeper.cli.transfer.progress", _CtrlC)
+    argv = ["copy", db, stored] if command == "copy" else ["import", str(path), "--db", stored]
+    code, out, err = cli(capsys, *argv)
+    assert code == EXIT["stopped"], err
+    assert out == ""
+    assert created(data, stored) == []
+    assert not data.exists()  # the folder the command made for it too
+    if stored.startswith("postgres"):
+        assert not _schema_exists(stored)
+    if stored.startswith("sqlite"):
+        assert not list(tmp_path.glob("data*"))  # no -wal or -shm either
+
+
+def _schema_exists(url: str) -> bool:
+    import psycopg
+
+    schema = parse_qs(urlsplit(url).query)["schema"][0]
+    with psycopg.connect(url.split("?", 1)[0].replace("postgres://", "postgresql://")) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        return found.fetchone() is not None
+
+
+def test_a_stopped_transfer_keeps_an_existing_empty_folder_and_what_is_in_it(
+    db: str, tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder that was there before is never removed, nor anything the user put in it."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    monkeypatch.setattr("statekeeper.cli.transfer.progress", _CtrlC)
+    code, _, err = cli(capsys, "copy", db, f"file://{folder}")
+    assert code == EXIT["stopped"], err
+    assert folder.is_dir()
+    (folder / "other").mkdir()
+    (folder / "other" / "keep.txt").write_text("mine")
+    sqlite = f"sqlite:///{folder}/other/state.db"
+    code, _, err = cli(capsys, "copy", db, sqlite)
+    assert code == EXIT["stopped"], err
+    assert sorted(p.name for p in (folder / "other").iterdir()) == ["keep.txt"]
+
+
+def test_a_stopped_transfer_keeps_an_existing_empty_postgres_schema(
+    db: str, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A schema that was there before, empty, is never dropped (as ``public`` may be)."""
+    import psycopg
+
+    from tests.postgres_servers import POSTGRES
+
+    url = POSTGRES.url()
+    schema = parse_qs(urlsplit(url).query)["schema"][0]
+    try:
+        with psycopg.connect(url.split("?", 1)[0].replace("postgres://", "postgresql://")) as c:
+            c.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+        monkeypatch.setattr("statekeeper.cli.transfer.progress", _CtrlC)
+        code, _, err = cli(capsys, "copy", db, url)
+        assert code == EXIT["stopped"], err
+        assert _schema_exists(url)
+        code, out, _ = cli(capsys, "threads", "--db", url, "--json")
+        assert (code, json.loads(out)) == (EXIT["ok"], [])
+    finally:
+        POSTGRES.cleanup(url)

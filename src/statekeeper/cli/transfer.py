@@ -7,14 +7,16 @@ savers (``langgraph+sqlite:///old.db``, ``langgraph+postgres://...``: docs/migra
 A value the source's serde refuses stops ``copy`` and ``export`` with every refusal
 listed (exit 5, nothing moved); with ``--skip-refused`` the other threads are moved, the
 refused ones listed, and the exit is 5 still. ``copy`` and ``import`` create nothing on
-failure: everything that can be checked is checked before the target is opened.
+failure: everything that can be checked is checked before the target is opened, and
+storage they created is discarded again if writing fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from statekeeper.cli._common import (
     plural,
     progress,
 )
+from statekeeper.cli._discard import New, discard_if_empty, find_new
 from statekeeper.urls import redact
 
 _SKIP_HELP = (
@@ -69,14 +72,16 @@ def cmd_copy(args: argparse.Namespace) -> int:
     Creates nothing on failure: the source is read and the threads to copy are found
     before the target is opened (a missing source, a missing thread or an unreachable
     target leaves no new database, directory or key behind), and a copy that fails
-    part-way deletes the threads it wrote.
+    part-way deletes the threads it wrote, then the target storage if it created it
+    (:mod:`statekeeper.cli._discard`).
     """
     from statekeeper.transfer import copy_threads
 
     bar, report = _progress("copy")
     with _open(args.source, read_only=True) as source:
         thread_ids = _source_threads(source, args)
-        with _open(args.target) as target:
+        new = find_new(args.target)
+        with _open(args.target) as target, _discarded_on_failure(target, new):
             try:
                 stats = copy_threads(
                     source, target, thread_ids, progress=report, skip_refused=args.skip_refused
@@ -166,16 +171,19 @@ def cmd_import(args: argparse.Namespace) -> int:
     Creates nothing on failure: the whole dump is read and checked before the target is
     even opened, so a corrupt, truncated or crafted dump leaves no new database,
     directory or key behind; threads the target already has are refused (exit 5) before
-    anything is written, and an import that fails part-way deletes the threads it wrote.
+    anything is written, and an import that fails part-way deletes the threads it wrote,
+    then the target storage if it created it (:mod:`statekeeper.cli._discard`).
     """
     from statekeeper.transfer import check_dump
 
     bar, report = _progress("import")
-    with _input(args.file) as src, check_dump(src) as dump, _open(args.db) as saver:
-        try:
-            stats = dump.import_into(saver, progress=report)
-        finally:
-            bar.done()
+    with _input(args.file) as src, check_dump(src) as dump:
+        new = find_new(args.db)
+        with _open(args.db) as saver, _discarded_on_failure(saver, new):
+            try:
+                stats = dump.import_into(saver, progress=report)
+            finally:
+                bar.done()
     emit(
         args,
         stats,
@@ -198,6 +206,18 @@ def _open(url: str, *, read_only: bool = False) -> Any:
     if parse_url(url, transfer_schemes()).scheme in known_schemes():
         return open_saver(url, read_only=read_only)
     return open_any(url, read_only=read_only)
+
+
+@contextlib.contextmanager
+def _discarded_on_failure(target: Any, new: New) -> Iterator[None]:
+    """On any failure of the block (Ctrl-C too), once the transfer has deleted the
+    threads it wrote: discard the target storage if this command created it and it
+    holds nothing (:mod:`statekeeper.cli._discard`); then let the failure go on."""
+    try:
+        yield
+    except BaseException:
+        discard_if_empty(target, new)
+        raise
 
 
 def _refused(stats: Any) -> int:

@@ -27,9 +27,11 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar
 
+import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg import sql
 
 from statekeeper._storage.deltas import PlannedValue, RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import safe_serde
@@ -41,7 +43,7 @@ from statekeeper.backends.postgres import (
     split_options,
 )
 from statekeeper.backends.postgres._claims import Claims
-from statekeeper.backends.postgres._database import Database, Op, Q
+from statekeeper.backends.postgres._database import BEGIN, COMMIT, Database, Op, Q, lock_key
 from statekeeper.backends.postgres._integrity import Where, with_location
 from statekeeper.backends.postgres._listing import Listing
 from statekeeper.backends.postgres._maintenance import Maintenance
@@ -53,7 +55,7 @@ from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import ON_CORRUPT, check_choice, location
-from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage
+from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage, StorageError
 from statekeeper.urls import StorageURL, parse_options
 
 __all__ = ["PostgresCheckpointer"]
@@ -65,6 +67,12 @@ Plans = list[PlannedValue]
 Chosen = list[bool]
 Heads = list[Head]
 logger = logging.getLogger(__name__)
+
+# every table of the "checkpoints" component (._schema), and the record of migrations
+_TABLES = (
+    *("checkpoints", "blobs", "writes", "write_counts", "heads", "claims"),
+    "statekeeper_migrations",
+)
 
 _OPTIONS: dict[str, type] = {
     **POOL_OPTIONS,
@@ -353,6 +361,66 @@ class PostgresCheckpointer(Checkpointer):
     async def _akeep_latest(self, ids: Sequence[str]) -> None:
         stored = [encode_id(i) for i in ids]
         await self._db.arun(lambda: self._maintenance().keep_latest(stored), write=True)
+
+    # -- discarding an emptied schema ----------------------------------------------------
+
+    @staticmethod
+    def schema_exists(url: StorageURL) -> bool:
+        """Whether the schema a ``postgres://`` URL names exists at all (holding anything
+        or not); reads only, creates nothing.
+
+        Raises:
+            StorageError: the server cannot be reached.
+        """
+        merged = parse_options("PostgreSQL", _OPTIONS, split_options(url), {})
+        pool = {k: merged.pop(k) for k in list(merged) if k in POOL_OPTIONS}
+        connection = Connection.from_url(url, pool)
+        try:
+            with psycopg.connect(connection.conninfo, autocommit=True) as conn:
+                found = conn.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (connection.schema,)
+                ).fetchone()
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot reach {connection.display}: {exc}") from exc
+        return found is not None
+
+    def discard_schema_if_empty(self) -> bool:
+        """Drop this checkpointer's tables and then its schema, in one transaction, if
+        they hold no checkpoint, value or write and the schema holds nothing else (no
+        other component's tables, no object of anyone else: ``DROP ... RESTRICT``);
+        whether it was dropped. Only for a schema this process created and left empty
+        (a failed ``copy`` or ``import``): the caller decides that, before opening.
+
+        Raises:
+            ReadOnlyError: on a read-only checkpointer.
+        """
+        self._writable("discard the schema")
+        try:
+            return self._db.run(self._discard_schema, write=True, retry=False)
+        except StorageError:
+            return False  # something else is in the schema: it stays, whole
+
+    def _discard_schema(self) -> Op[bool]:
+        schema = sql.Identifier(self.schema)
+        yield BEGIN
+        yield Q("SELECT pg_advisory_xact_lock(%s)", (lock_key("statekeeper-migrate", self.schema),))
+        held = yield Q(
+            sql.SQL(
+                "SELECT EXISTS (SELECT 1 FROM {s}.checkpoints) OR EXISTS (SELECT 1 FROM "
+                "{s}.blobs) OR EXISTS (SELECT 1 FROM {s}.writes) OR EXISTS (SELECT 1 FROM "
+                "{s}.statekeeper_migrations WHERE component <> %s)"
+            ).format(s=schema),
+            ("checkpoints",),
+            "one",
+        )
+        if held[0]:
+            yield Q("ROLLBACK", fetch="count")
+            return False
+        tables = sql.SQL(", ").join(sql.Identifier(self.schema, t) for t in _TABLES)
+        yield Q(sql.SQL("DROP TABLE {} RESTRICT").format(tables), fetch="count")
+        yield Q(sql.SQL("DROP SCHEMA {} RESTRICT").format(schema), fetch="count")
+        yield COMMIT
+        return True
 
     # -- integrity -----------------------------------------------------------------------
 
