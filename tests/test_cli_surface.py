@@ -37,8 +37,8 @@ SURFACE = {
     "memory stats": "--since --store --thread --until --window",
     "memory export": "--namespace --store --thread -o/--output",
     "memory eval": (
-        "DATASET.json --answers --budget --chart --k --min-score --no-sweep --reader "
-        "--reader-budget --store"
+        "DATASET.json --answers --budget --chart --k --min-score --no-hops --no-sweep "
+        "--no-windows --reader --reader-budget --store"
     ),
     "graph": "REF --format --xray -o/--output",
     "demo": "--graph --redis --workdir",
