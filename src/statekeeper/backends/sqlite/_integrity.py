@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import json
 import zlib
-from dataclasses import dataclass, replace
 from typing import Any
 
+from statekeeper._storage.damage import Where, corrupt_error
+from statekeeper._storage.damage import with_location as locate
 from statekeeper._storage.deltas import StoredValue
 from statekeeper.backends.sqlite._queries import CheckpointRow, Row, Rows
-from statekeeper.errors import CorruptCheckpointError, Damage
+from statekeeper.errors import CorruptCheckpointError
 
 __all__ = [
     "Where",
@@ -118,17 +119,6 @@ def write_crc(row: tuple[object, ...]) -> int:
     return checksum(*row)
 
 
-@dataclass(frozen=True, slots=True)
-class Where:
-    """What a read was reading when it found damage: the database file and, as far as
-    known, the thread, namespace and checkpoint."""
-
-    database: str
-    thread_id: str | None = None
-    checkpoint_ns: str | None = None
-    checkpoint_id: str | None = None
-
-
 def key_path(table: str, *key: object) -> str:
     """A row's ``Damage.path``: ``<table>:<key as a JSON list>``."""
     return f"{table}:{json.dumps(list(key), ensure_ascii=False, default=repr)}"
@@ -136,48 +126,17 @@ def key_path(table: str, *key: object) -> str:
 
 def corrupt(where: Where, record: str, path: str, reason: str) -> CorruptCheckpointError:
     """The error for damage found at ``path`` (a row, see :func:`key_path`)."""
-    damage = Damage(
-        reason,
-        backend="sqlite",
-        thread_id=where.thread_id,
-        checkpoint_ns=where.checkpoint_ns,
-        checkpoint_id=where.checkpoint_id,
-        record=record,
-        path=path,
-    )
-    return CorruptCheckpointError(message(where.database, damage), damage)
+    return corrupt_error("sqlite", _place(where), where, record, path, reason)
 
 
-def message(database: str, damage: Damage) -> str:
-    """One line: what is damaged, where, and what to do."""
-    subject = "a stored record"
-    if damage.checkpoint_id is not None:
-        subject = f"checkpoint {damage.checkpoint_id!r}"
-    if damage.thread_id is not None:
-        subject += f" of thread {damage.thread_id!r}"
-        if damage.checkpoint_ns:
-            subject += f" (namespace {damage.checkpoint_ns!r})"
-    at = f" [{damage.path}]" if damage.path else ""
-    return (
-        f"{subject} in the SQLite database {database!r} is damaged: {damage.reason}{at}; "
-        "run verify() to list the damage, read with on_corrupt='fallback' to skip it, "
-        "or restore a backup"
-    )
+def _place(where: Where) -> str:
+    return f"the SQLite database {where.database!r}"
 
 
 def with_location(error: CorruptCheckpointError, where: Where) -> CorruptCheckpointError:
     """``error`` with the thread, namespace and checkpoint of ``where`` filled in where
-    it names none (a driver error names only the file)."""
-    damage = error.damage
-    if damage.thread_id is not None or where.thread_id is None:
-        return error
-    located = replace(
-        damage,
-        thread_id=where.thread_id,
-        checkpoint_ns=where.checkpoint_ns,
-        checkpoint_id=where.checkpoint_id,
-    )
-    return CorruptCheckpointError(message(where.database, located), located)
+    it names none (a driver error names only the database)."""
+    return locate(error, where, _place(where))
 
 
 # -- checks of rows as read -------------------------------------------------------------
