@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,41 +33,6 @@ logger = logging.getLogger("statekeeper.backends.postgres.checkpointer")
 _PAGE = 100
 Cursor = tuple[str, str, str]
 Page = list[Raw | CorruptCheckpointError]
-
-
-@dataclass
-class _Walk:
-    """Where a listing is, for its sync and async twins alike: how many items are still
-    wanted (``None``: all) and the cursor after the last page read."""
-
-    remaining: int | None
-    filtered: bool  # a filter may drop rows: read whole pages
-    after: Cursor | None = None
-
-    def size(self) -> int:
-        """The next page's size: what is still wanted, at most a page."""
-        if self.filtered or self.remaining is None:
-            return _PAGE
-        return min(self.remaining, _PAGE)
-
-    def take(
-        self, page: Page, decode: Callable[[Raw | CorruptCheckpointError], CheckpointTuple | None]
-    ) -> Iterator[CheckpointTuple]:
-        """The page's items, each decoded as it is reached (those ``decode`` skips left
-        out), until as many as were wanted: then :attr:`full`."""
-        for item in page:
-            if (tup := decode(item)) is None:
-                continue
-            yield tup
-            if self.remaining is not None:
-                self.remaining -= 1
-                if self.remaining == 0:
-                    return
-
-    @property
-    def full(self) -> bool:
-        """Whether every item wanted was taken."""
-        return self.remaining == 0
 
 
 @dataclass(frozen=True)
@@ -92,15 +57,21 @@ class Listing:
         if limit is not None and limit <= 0:
             return
         where, params, whole, scope = _conditions(config, filter, before)
-        walk = _Walk(limit, bool(filter))
+        remaining, after = limit, None
         while True:
-            size = walk.size()
-            page, walk.after, done = self.db.run(
-                lambda: self._page(where, params, filter, walk.after, size)  # noqa: B023
+            size = _PAGE if filter or remaining is None else min(remaining, _PAGE)
+            page, after, done = self.db.run(
+                lambda: self._page(where, params, filter, after, size)  # noqa: B023
             )
-            yield from walk.take(page, lambda item: self._decoded(item, quiet))
-            if walk.full:
-                return
+            for item in page:
+                found = self._decoded(item, quiet)
+                if found is None:
+                    continue
+                yield found
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining == 0:
+                        return
             if done:
                 break
         if whole:
@@ -119,16 +90,21 @@ class Listing:
         if limit is not None and limit <= 0:
             return
         where, params, whole, scope = _conditions(config, filter, before)
-        walk = _Walk(limit, bool(filter))
+        remaining, after = limit, None
         while True:
-            size = walk.size()
-            page, walk.after, done = await self.db.arun(
-                lambda: self._page(where, params, filter, walk.after, size)  # noqa: B023
+            size = _PAGE if filter or remaining is None else min(remaining, _PAGE)
+            page, after, done = await self.db.arun(
+                lambda: self._page(where, params, filter, after, size)  # noqa: B023
             )
-            for tup in walk.take(page, lambda item: self._decoded(item, None)):
-                yield tup
-            if walk.full:
-                return
+            for item in page:
+                found = self._decoded(item, None)
+                if found is None:
+                    continue
+                yield found
+                if remaining is not None:
+                    remaining -= 1
+                    if remaining == 0:
+                        return
             if done:
                 break
         if whole:
