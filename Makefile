@@ -28,9 +28,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# one worker per core: every test isolates its own storage (tmp dir, key prefix, schema)
 pytest: $(STAMP)
-	$(BIN)/pytest -n auto
+	$(BIN)/pytest
 
 test: lint typecheck pytest
 
