@@ -3,11 +3,14 @@ list with elements appended."""
 
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
+from statekeeper._storage.crc import crc32_combine
 from statekeeper._storage.deltas import (
     MAX_CHAIN,
     RecentPayloads,
@@ -88,10 +91,11 @@ def test_a_corrupt_delta_is_reported() -> None:
 def test_recent_payloads_stay_within_their_byte_budget() -> None:
     cache = RecentPayloads(max_bytes=100)
     for i in range(10):
-        cache.put(i, Remembered(version=str(i), data=b"x" * 30, crc=0, depth=0))
+        raw = _bytes(["x" * 27])  # a body of 28 bytes
+        cache.put(i, Remembered.whole(str(i), raw, 0, None))
     kept = [i for i in range(10) if cache.get(i) is not None]
     assert kept == [7, 8, 9]
-    cache.put("huge", Remembered(version="h", data=b"x" * 101, crc=0, depth=0))
+    cache.put("huge", Remembered.whole("h", _bytes(["x" * 100]), 0, None))
     assert cache.get("huge") is None
     cache.discard(9)
     assert cache.get(9) is None
@@ -116,16 +120,51 @@ def _chain_of(stored: dict[str, StoredValue], version: str) -> list[StoredValue]
     return chain
 
 
-def test_a_growing_list_is_stored_as_deltas_with_a_full_copy_every_max_chain() -> None:
+def _base4(n: int) -> list[int]:
+    digits = []
+    while n:
+        n, digit = divmod(n, 4)
+        digits.append(digit)
+    return digits  # least significant first
+
+
+def _skip_base_of(i: int) -> int:
+    """i less the place value of its lowest nonzero base-4 digit."""
+    digits = _base4(i)
+    lowest = next(place for place, digit in enumerate(digits) if digit)
+    return i - 4**lowest
+
+
+def test_a_growing_list_is_stored_as_skip_deltas_on_one_full_copy() -> None:
+    assert [_skip_base_of(i) for i in (1, 3, 4, 7, 8, 16, 20, 21)] == [0, 2, 0, 6, 4, 0, 16, 20]
     values = [[f"message {j}?" for j in range(i + 1)] for i in range(40)]
     stored = _store_chain(values)
-    full = [v for v in stored.values() if v.codec != "append"]
-    assert len(full) == 3  # versions 0, 17 and 34: MAX_CHAIN deltas between full copies
+    full = [v for v in stored.values() if v.base is None]
+    assert [v.version for v in full] == ["v000"]
     for i, value in enumerate(values):
+        if i:
+            assert stored[f"v{i:03}"].base == f"v{_skip_base_of(i):03}"
         chain = _chain_of(stored, f"v{i:03}")
-        assert len(chain) <= MAX_CHAIN + 1
+        assert len(chain) == sum(_base4(i)) + 1 <= MAX_CHAIN + 1
         assert SERDE.loads_typed(("msgpack", rebuild(chain))) == value
     assert sum(len(v.data) for v in stored.values()) < len(_bytes(values[-1])) * 5
+
+
+def test_a_long_run_of_appends_keeps_every_chain_within_max_chain() -> None:
+    history: list[object] = []
+    recent = RecentPayloads()
+    planner = ValuePlanner(recent, compress=False)
+    depth: dict[str, int] = {}
+    for i in range(3200):
+        history = [*history, i]
+        plan = planner.plan(SERDE, "k", "m", f"v{i:05}", history)
+        base = plan.stored.base
+        depth[plan.stored.version] = 0 if base is None else depth[base] + 1
+        assert plan.remember is not None
+        recent.put("k", plan.remember)
+    assert max(depth.values()) == MAX_CHAIN
+    restarts = [v for v, d in depth.items() if d == 0]
+    assert restarts == ["v00000", "v03071"]  # 2333333 in base 4 would take 17 deltas
 
 
 def test_values_that_are_not_lists_are_stored_whole_and_compressed() -> None:
@@ -157,7 +196,116 @@ def test_a_corrupt_chain_is_detected_by_its_checksum() -> None:
 def test_rebuild_all_starts_from_an_already_rebuilt_base() -> None:
     values = [["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]]
     stored = _store_chain(values)
-    chain = _chain_of(stored, "v003")
+    chain = _chain_of(stored, "v003")  # 3 on 2 on 1 on 0
     everything = rebuild_all(chain)
     assert [SERDE.loads_typed(("msgpack", data)) for data in everything] == values[::-1]
     assert rebuild_all(chain[:2], below=everything[2]) == everything[:2]
+
+
+class _Recording:
+    """A serde that records the length of every list it is asked to serialise."""
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+
+    def dumps_typed(self, obj: object) -> tuple[str, bytes]:
+        if isinstance(obj, list):
+            self.lengths.append(len(obj))
+        return SERDE.dumps_typed(obj)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> object:
+        return SERDE.loads_typed(data)
+
+
+def _play(values: list[list[object]], serde: object = SERDE) -> dict[str, StoredValue]:
+    recent = RecentPayloads()
+    stored: dict[str, StoredValue] = {}
+    for i, value in enumerate(values):
+        plan = ValuePlanner(recent).plan(serde, "k", "messages", f"v{i:03}", value)  # type: ignore[arg-type]
+        stored[plan.stored.version] = plan.stored
+        assert plan.remember is not None
+        recent.put("k", plan.remember)
+    return stored
+
+
+def test_an_append_around_the_same_objects_serialises_only_the_new_elements() -> None:
+    history: list[object] = []
+    values = []
+    for i in range(30):  # as add_messages does: a new list around the same messages
+        history = [*history, HumanMessage(f"question {i}?", id=f"h{i}")]
+        values.append(history)
+    serde = _Recording()
+    stored = _play(values, serde)
+    assert serde.lengths == [1] * 30  # the first list whole (one element), then one each
+    for i, value in enumerate(values):
+        assert SERDE.loads_typed(("msgpack", rebuild(_chain_of(stored, f"v{i:03}")))) == value
+
+
+def test_equal_but_new_objects_are_compared_by_their_bytes() -> None:
+    values = [[f"m{j}" for j in range(i + 1)] for i in range(5)]  # fresh objects each time
+    serde = _Recording()
+    stored = _play(values, serde)
+    assert serde.lengths == [1, 2, 3, 4, 5]  # whole lists: no identity to go by
+    assert [v.base is None for v in stored.values()] == [True, False, False, False, False]
+
+
+def test_a_replaced_element_is_not_an_append() -> None:
+    first = [HumanMessage("a", id="1"), HumanMessage("b", id="2")]
+    second = [first[0], HumanMessage("B", id="2"), HumanMessage("c", id="3")]  # 2 replaced
+    stored = _play([first, second])
+    assert stored["v001"].base is None
+    assert SERDE.loads_typed(("msgpack", rebuild([stored["v001"]]))) == second
+
+
+@given(st.lists(st.tuples(st.sampled_from(["append", "copy", "replace"]), st.integers(0, 3))))
+def test_any_sequence_of_changes_reads_back_exactly(steps: list[tuple[str, int]]) -> None:
+    values: list[list[object]] = [["start"]]
+    for kind, n in steps:
+        last = values[-1]
+        if kind == "append":  # the same objects, n more
+            values.append([*last, *(f"e{len(last) + j}" for j in range(n))])
+        elif kind == "copy":  # equal objects rebuilt, n more
+            copies = [(x + ".")[:-1] if isinstance(x, str) else x for x in last]
+            values.append([*copies, *["c"] * n])
+        else:  # the last n replaced by new values
+            values.append(last[: max(0, len(last) - n)] + [f"r{j}" for j in range(n)])
+    stored = _play(values)
+    for i, value in enumerate(values):
+        chain = _chain_of(stored, f"v{i:03}")
+        assert len(chain) <= MAX_CHAIN + 1
+        assert SERDE.loads_typed(("msgpack", rebuild(chain))) == value
+
+
+def test_a_delta_whose_base_changed_falls_back_to_the_whole_value() -> None:
+    recent = RecentPayloads()
+    planner = ValuePlanner(recent)
+    history = ["a", "b"]
+    recent.put("k", planner.plan(SERDE, "k", "m", "v1", history).remember)  # type: ignore[arg-type]
+    plan = planner.plan(SERDE, "k", "m", "v2", [*history, "c"])
+    assert plan.stored.codec == "append"
+    assert plan.fallback is not None
+    assert plan.fallback.base is None
+    assert plan.fallback.crc == plan.stored.crc
+    assert SERDE.loads_typed(("msgpack", rebuild([plan.fallback]))) == ["a", "b", "c"]
+    assert plan.remember_fallback is not None
+    assert plan.remember_fallback.path[-1].pos == 0  # what builds on it starts anew
+
+
+@given(st.binary(max_size=300), st.binary(max_size=3000))
+def test_crc_of_a_concatenation_is_combined_from_its_parts(a: bytes, b: bytes) -> None:
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_messages_without_an_id_are_compared_by_their_bytes() -> None:
+    # add_messages gives a message of its left side that has no id one, in place
+    anonymous = HumanMessage("no id yet")
+    first = [anonymous]
+    serde = _Recording()
+    recent = RecentPayloads()
+    planner = ValuePlanner(recent)
+    recent.put("k", planner.plan(serde, "k", "m", "v1", first).remember)  # type: ignore[arg-type]
+    anonymous.id = "given-later"
+    second = [anonymous, AIMessage("reply", id="r")]
+    plan = planner.plan(serde, "k", "m", "v2", second)  # type: ignore[arg-type]
+    assert serde.lengths == [1, 2]  # the whole list again: its first message changed
+    assert SERDE.loads_typed(("msgpack", rebuild([plan.stored]))) == second

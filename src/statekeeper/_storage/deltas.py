@@ -1,29 +1,55 @@
 """Append deltas: a list that grew by appending is stored as the bytes it added.
 
-LangGraph re-serialises a whole channel value at every version, so a chat's ``messages``
-list costs O(n) bytes per turn and O(n²) per thread. When the new payload is the previous
-one's msgpack array with elements appended, a backend stores only the new array header
-and the appended bytes, with a reference to the base version; every :data:`MAX_CHAIN`
-versions it stores the whole payload again, so a read applies at most that many deltas.
+LangGraph hands a checkpointer the whole value of every channel that changed, so a chat's
+``messages`` list would cost O(n) to serialise and O(n) bytes at every turn, O(n²) per
+thread. Instead, when the new value is the previous one with elements appended, a backend
+stores a *delta*: the new msgpack array header and the appended elements' bytes, with a
+reference to a *base* version of the same channel.
 
-Every stored payload carries the CRC-32 of its full bytes. A writer only diffs against a
-base whose stored CRC still matches the bytes it remembers, and a reader checks the CRC
-of what it rebuilt, so a replaced or corrupt base is detected, never silently used.
+What a put costs. The planner remembers, per (thread, namespace, channel), the last list
+it stored: its elements (the objects themselves) and their bytes. When the new list starts
+with those very objects (``is``, not ``==``: LangGraph's reducers, ``add_messages``
+included, build a new list around the same element objects), only the appended elements
+are serialised, and the stored checksum is combined from the parts (:mod:`.crc`): a put
+costs O(new data) plus a pointer comparison per element. Otherwise the whole value is
+serialised and compared byte for byte with the remembered payload (still a delta when it
+is an append), else stored whole. An element changed *in place* (same object, new
+content) after it was stored is not seen by the identity check; LangGraph never does
+that, and a node that must edit a message returns a replacement (same id), which
+``add_messages`` swaps in as a new object.
+
+Which base (skip-deltas, as Subversion's FSFS stores file revisions). Counting the
+versions built on a full copy 0, 1, 2, ..., version ``k``'s delta is based on ``k`` less
+the place value of its lowest nonzero base-4 digit (7 on 6, 8 on 4, 20 on 16, 16 on 0).
+Reading version ``k`` applies as many deltas as ``k`` has base-4 digit sum — 16 at most,
+so a read never walks a long chain — while each element is stored about
+0.75·log4(k) times in all, never in a periodic full copy of a long list. A full copy is
+stored again only when the list is not an append, when the next delta would make a
+chain longer than :data:`MAX_CHAIN` (after about 3,000 versions), or when nothing is
+remembered (another process, or after eviction from :class:`RecentPayloads`). Deltas and
+full copies are zlib-compressed like any other payload.
+
+Every stored payload carries the CRC-32 of its full bytes. A writer only builds on a base
+whose stored CRC still matches the one it remembers (checked in the write transaction,
+else it stores the full copy), and a reader checks the CRC of what it rebuilt, so a
+replaced or corrupt base is detected, never silently used.
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from statekeeper._storage.crc import crc32_combine
 from statekeeper._storage.payload import EMPTY, dumps, ensure_exact, pack, unpack
-from statekeeper._storage.serde import check_extensions
+from statekeeper._storage.serde import array_header, check_extensions
 from statekeeper.errors import SerializationError
 
 __all__ = [
@@ -40,7 +66,9 @@ __all__ = [
     "rebuild_all",
 ]
 
-MAX_CHAIN = 16  # deltas between two full copies: bounds the work of one read
+MAX_CHAIN = 16  # the most deltas a read applies
+SKIP_RADIX = 4  # bases at places of base-4 digits: fewer copies than 2, chains within 16
+APPEND = "append"  # a delta's codec: "append", or "append+zlib" when its bytes are compressed
 
 
 def crc(data: bytes) -> int:
@@ -60,6 +88,15 @@ def _array_header_length(data: bytes) -> int | None:
     if first == 0xDD:  # array 32
         return 5
     return None
+
+
+def _element_count(data: bytes) -> int:
+    first = data[0]
+    if first == 0xDC:
+        return int.from_bytes(data[1:3], "big")
+    if first == 0xDD:
+        return int.from_bytes(data[1:5], "big")
+    return first & 0x0F
 
 
 def append_delta(base: bytes, new: bytes) -> bytes | None:
@@ -92,18 +129,132 @@ def apply_delta(base: bytes, delta: bytes) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class Remembered:
-    """A payload this process wrote: its version, full bytes, CRC and delta depth."""
+class Rung:
+    """A stored version a later delta may be based on: ``pos`` is its place in the skip
+    sequence since the full copy it builds on (0 for that copy); its payload is the array
+    header of ``count`` elements and the first ``pieces`` pieces of the remembered body."""
 
     version: str
-    data: bytes
-    crc: int
-    depth: int  # 0 for a full copy, else the number of deltas back to one
+    crc: int  # of its full payload
+    pos: int
+    count: int
+    pieces: int
+
+
+class Remembered:
+    """The last list value this process stored under a key: the rungs of its skip path
+    (the full copy first, itself last), its body (the elements' bytes) in pieces, their
+    running CRC, and — when it was a ``list`` — its elements, to tell an append by
+    identity. Immutable; :attr:`data` is its full payload, joined on first use."""
+
+    __slots__ = ("_data", "body_crc", "elements", "path", "pieces", "size")
+
+    def __init__(
+        self,
+        path: tuple[Rung, ...],
+        pieces: tuple[bytes, ...],
+        body_crc: int,
+        elements: tuple[Any, ...] | None,
+        size: int | None = None,
+    ) -> None:
+        self.path = path
+        self.pieces = pieces
+        self.body_crc = body_crc  # zlib.crc32 of b"".join(pieces)
+        self.size = sum(map(len, pieces)) if size is None else size
+        self.elements = elements
+        self._data: bytes | None = None
+
+    @classmethod
+    def whole(cls, version: str, raw: bytes, checksum: int, elements: Any) -> Remembered:
+        """A full copy: the root of a new skip sequence."""
+        header = _array_header_length(raw) or 0
+        body = raw[header:]
+        rung = Rung(version, checksum, 0, _element_count(raw), 1)
+        return cls((rung,), (body,), zlib.crc32(body), _snapshot(elements))
+
+    @property
+    def version(self) -> str:
+        return self.path[-1].version
+
+    @property
+    def crc(self) -> int:
+        return self.path[-1].crc
+
+    @property
+    def count(self) -> int:
+        return self.path[-1].count
+
+    @property
+    def data(self) -> bytes:
+        """The full payload of :attr:`version`."""
+        if self._data is None:
+            self._data = array_header(self.count) + b"".join(self.pieces)
+        return self._data
+
+    def extended(
+        self, version: str, piece: bytes, count: int, elements: Any, same: int = 0
+    ) -> Remembered:
+        """This list with ``piece`` (the encodings of ``count - self.count`` elements)
+        appended, stored as version ``version`` on its skip base (see :meth:`delta`);
+        ``elements`` is the new list, whose first ``same`` are this one's very objects."""
+        pos = self.path[-1].pos + 1
+        base_pos = _skip_base(pos)
+        body_crc = zlib.crc32(piece, self.body_crc)
+        size = self.size + len(piece)
+        header = array_header(count)
+        checksum = crc32_combine(zlib.crc32(header), body_crc, size)
+        rung = Rung(version, checksum, pos, count, len(self.pieces) + 1)
+        path = (*(r for r in self.path if r.pos <= base_pos), rung)
+        pieces = (*self.pieces, piece)
+        return Remembered(path, pieces, body_crc, _snapshot(elements, same), size)
+
+    def can_extend(self) -> bool:
+        """Whether the next version's delta stays within :data:`MAX_CHAIN` deltas."""
+        base_pos = _skip_base(self.path[-1].pos + 1)
+        return sum(1 for r in self.path if 0 < r.pos <= base_pos) < MAX_CHAIN
+
+    def rooted(self) -> Remembered:
+        """The same value remembered as a full copy (it was stored whole)."""
+        tip = self.path[-1]
+        rung = Rung(tip.version, tip.crc, 0, tip.count, len(self.pieces))
+        root = Remembered((rung,), self.pieces, self.body_crc, self.elements, self.size)
+        root._data = self._data
+        return root
+
+    def delta(self) -> tuple[Rung, bytes]:
+        """The base and the delta bytes that store :attr:`version` (this value must have
+        been :meth:`extended`)."""
+        tip, base = self.path[-1], self.path[-2]
+        header = array_header(tip.count)
+        added = b"".join(self.pieces[base.pieces :])
+        return base, bytes([len(header)]) + header + added
+
+
+def _skip_base(pos: int) -> int:
+    """The place in a skip sequence that the version at ``pos`` (> 0) builds on: ``pos``
+    less the place value of its lowest nonzero base-:data:`SKIP_RADIX` digit."""
+    place = 1
+    while pos % (place * SKIP_RADIX) == 0:
+        place *= SKIP_RADIX
+    return pos - place
+
+
+def _snapshot(elements: Any, checked: int = 0) -> tuple[Any, ...] | None:
+    """The elements of a plain ``list``, kept to recognise them later; ``None`` when they
+    must be compared by their bytes instead. A list subclass may serialise its slices
+    otherwise. And a message without an id is one that LangGraph itself changes in place:
+    ``add_messages`` gives every message of its left side that has none a new id. The
+    elements before ``checked`` are known to have one."""
+    if type(elements) is not list:
+        return None
+    if not all(getattr(e, "id", "") is not None for e in elements[checked:]):
+        return None
+    return tuple(elements)
 
 
 class RecentPayloads:
     """The last delta-able payload written per key (thread, namespace, channel), bounded
-    to ``max_bytes`` in total (least recently used first out). Thread-safe."""
+    to ``max_bytes`` of payload in total (least recently used first out). Thread-safe."""
 
     def __init__(self, max_bytes: int = 32 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
@@ -119,24 +270,24 @@ class RecentPayloads:
             return entry
 
     def put(self, key: Hashable, entry: Remembered) -> None:
-        if len(entry.data) > self.max_bytes:
+        if entry.size > self.max_bytes:
             self.discard(key)
             return
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._size -= len(old.data)
+                self._size -= old.size
             self._entries[key] = entry
-            self._size += len(entry.data)
+            self._size += entry.size
             while self._size > self.max_bytes:
                 _, evicted = self._entries.popitem(last=False)
-                self._size -= len(evicted.data)
+                self._size -= evicted.size
 
     def discard(self, key: Hashable) -> None:
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._size -= len(old.data)
+                self._size -= old.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,24 +304,42 @@ class StoredValue:
     crc: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
 class PlannedValue:
     """A value about to be stored. When ``stored`` is a delta, the writer must check, in
-    the write transaction, that its base still has ``base_crc`` — else store ``fallback``
-    (the full copy). After the write, remember ``remember`` (or ``remember_fallback``)."""
+    the write transaction, that its base still has ``base_crc`` — else store
+    :attr:`fallback` (the full copy, built only when asked for). After the write, remember
+    ``remember`` (or ``remember_fallback``)."""
 
-    stored: StoredValue
-    fallback: StoredValue | None = None
-    base_crc: int | None = None
-    remember: Remembered | None = None
-    remember_fallback: Remembered | None = None
+    __slots__ = ("_fallback", "_whole", "base_crc", "remember", "remember_fallback", "stored")
+
+    def __init__(
+        self,
+        stored: StoredValue,
+        whole: Callable[[], StoredValue] | None = None,
+        base_crc: int | None = None,
+        remember: Remembered | None = None,
+        remember_fallback: Remembered | None = None,
+    ) -> None:
+        self.stored = stored
+        self._whole = whole
+        self._fallback: StoredValue | None = None
+        self.base_crc = base_crc
+        self.remember = remember
+        self.remember_fallback = remember_fallback
+
+    @property
+    def fallback(self) -> StoredValue | None:
+        """The full copy to store instead of a delta whose base changed."""
+        if self._fallback is None and self._whole is not None:
+            self._fallback = self._whole()
+        return self._fallback
 
 
 @dataclass(frozen=True, slots=True)
 class ValuePlanner:
     """How one checkpointer decides to store channel values: as deltas on the payloads
-    it wrote last (``recent``, shared with its reads), else whole — zlib-compressed when
-    ``compress`` and the value is not a list that later deltas build on. ``serde`` is
+    it wrote last (``recent``, shared with its reads), else whole; zlib-compressed when
+    ``compress`` (and it saves space, see :func:`~.payload.pack`). ``serde`` is
     passed to each call: LangGraph's ``with_allowlist`` clones a saver (sharing this
     planner) with another serializer."""
 
@@ -180,45 +349,90 @@ class ValuePlanner:
     def plan(
         self, serde: SerializerProtocol, key: Hashable, channel: str, version: str, value: Any
     ) -> PlannedValue:
-        """Serialise ``value`` and decide how to store it: as a delta on the payload last
-        remembered under ``key`` (thread, namespace, channel) when it extends it, else
-        whole.
+        """Serialise what ``value`` adds and decide how to store it: as a delta when it
+        extends the payload last remembered under ``key`` (thread, namespace, channel),
+        else whole.
 
         Raises:
             SerializationError: ``serde`` cannot encode ``value``, or would alter it.
         """
+        previous = self.recent.get(key)
+        if previous is not None and previous.version == version:
+            previous = None  # the same version stored again: never a delta on itself
+        if previous is not None and not previous.can_extend():
+            previous = None  # the skip sequence is at its end: start a new one
+        if previous is not None and previous.elements is not None:
+            planned = self._plan_appended(serde, previous, channel, version, value)
+            if planned is not None:
+                return planned
         type_, raw = dumps(serde, value)
         checksum = crc(raw)
         is_array = type_ == "msgpack" and _array_header_length(raw) is not None
-        codec, data = pack(raw, compress=self.compress and not is_array)
+        codec, data = pack(raw, compress=self.compress)
         full = StoredValue(channel, version, type_, codec, data, crc=checksum)
         if not is_array:
             ensure_exact(value, type_, raw)
             check_extensions(value, type_, raw)
             return PlannedValue(full)
-        whole = Remembered(version, raw, checksum, 0)
-        previous = self.recent.get(key)
-        if previous is not None and previous.depth < MAX_CHAIN and previous.version != version:
-            delta = append_delta(previous.data, raw)
-            if delta is not None:
-                # The base's elements were checked when it was written: check the new ones.
-                added = value[_element_count(previous.data) :] if isinstance(value, list) else value
-                ensure_exact(added, type_, delta)
-                # the appended elements, after the delta's copy of the new array header
-                new = _element_count(raw) - _element_count(previous.data)
-                check_extensions(added, type_, delta[1 + delta[0] :], elements=new)
-                return PlannedValue(
-                    StoredValue(
-                        channel, version, type_, "append", delta, previous.version, checksum
-                    ),
-                    fallback=full,
-                    base_crc=previous.crc,
-                    remember=Remembered(version, raw, checksum, previous.depth + 1),
-                    remember_fallback=whole,
-                )
+        whole = Remembered.whole(version, raw, checksum, value)
+        if previous is not None and (delta := append_delta(previous.data, raw)) is not None:
+            # The base's elements were checked when it was written: check the new ones.
+            old = previous.count
+            added = value[old:] if isinstance(value, list) else value
+            piece = delta[1 + delta[0] :]
+            ensure_exact(added, type_, piece)
+            check_extensions(added, type_, piece, elements=_element_count(raw) - old)
+            grown = previous.extended(version, piece, _element_count(raw), value)
+            return self._delta(channel, type_, grown, lambda: full, whole)
         ensure_exact(value, type_, raw)
         check_extensions(value, type_, raw)
         return PlannedValue(full, remember=whole, remember_fallback=whole)
+
+    def _plan_appended(
+        self,
+        serde: SerializerProtocol,
+        previous: Remembered,
+        channel: str,
+        version: str,
+        value: Any,
+    ) -> PlannedValue | None:
+        """The delta of a plain list that starts with ``previous``'s very elements,
+        serialising only the ones appended; ``None`` when it does not."""
+        known = previous.elements
+        assert known is not None
+        if type(value) is not list or len(value) < len(known):
+            return None
+        if not all(map(operator.is_, value, known)):
+            return None
+        added = value[len(known) :]
+        type_, encoded = dumps(serde, added)
+        header = _array_header_length(encoded) if type_ == "msgpack" else None
+        if header is None:
+            return None  # the serde writes this list otherwise (encrypted...): store whole
+        piece = encoded[header:]
+        ensure_exact(added, type_, piece)
+        check_extensions(added, type_, piece, elements=len(added))
+        grown = previous.extended(version, piece, len(value), value, len(known))
+
+        def whole() -> StoredValue:
+            codec, data = pack(grown.data, compress=self.compress)
+            return StoredValue(channel, version, type_, codec, data, crc=grown.crc)
+
+        return self._delta(channel, type_, grown, whole, grown.rooted())
+
+    def _delta(
+        self,
+        channel: str,
+        type_: str,
+        grown: Remembered,
+        whole: Callable[[], StoredValue],
+        rooted: Remembered,
+    ) -> PlannedValue:
+        base, delta = grown.delta()
+        codec, data = pack(delta, compress=self.compress)
+        codec = APPEND + ("+" + codec if codec else "")
+        stored = StoredValue(channel, grown.version, type_, codec, data, base.version, grown.crc)
+        return PlannedValue(stored, whole, base.crc, grown, rooted)
 
     def plan_new(
         self,
@@ -263,7 +477,8 @@ def rebuild_all(chain: Sequence[StoredValue], below: bytes | None = None) -> lis
         rebuilt.append(below)
     data = below
     for link in reversed(links):
-        data = _checked(link, apply_delta(data, link.data))
+        delta = unpack(link.codec.removeprefix(APPEND).removeprefix("+"), link.data)
+        data = _checked(link, apply_delta(data, delta))
         rebuilt.append(data)
     return rebuilt[::-1]
 
@@ -275,12 +490,3 @@ def _checked(value: StoredValue, data: bytes) -> bytes:
             "corrupt (checksum mismatch); restore the database from a backup"
         )
     return data
-
-
-def _element_count(data: bytes) -> int:
-    first = data[0]
-    if first == 0xDC:
-        return int.from_bytes(data[1:3], "big")
-    if first == 0xDD:
-        return int.from_bytes(data[1:5], "big")
-    return first & 0x0F

@@ -58,7 +58,7 @@ __all__ = [
     "unpack",
 ]
 
-COMPRESS_MIN_BYTES = 1024
+COMPRESS_MIN_BYTES = 256
 _ZLIB_LEVEL = 3  # close to level 6's ratio on chat text at about half its cost
 EMPTY = ("empty", "", b"")  # stored for a channel version that has no value
 

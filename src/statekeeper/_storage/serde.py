@@ -31,6 +31,7 @@ from statekeeper.errors import SerializationError
 
 __all__ = [
     "MAX_DEPTH",
+    "array_header",
     "check_extensions",
     "safe_serde",
     "too_deep",
@@ -148,7 +149,7 @@ def check_extensions(value: Any, type_: str, data: bytes, *, elements: int | Non
     if type_ != "msgpack" or len(data) < 3:  # an extension takes 3 bytes at least
         return
     if elements is not None:  # made one array, so that every item is read
-        data = _array_header(elements) + data
+        data = array_header(elements) + data
     bad: list[str] = []
 
     def hook(code: int, payload: bytes) -> None:
@@ -173,7 +174,9 @@ def check_extensions(value: Any, type_: str, data: bytes, *, elements: int | Non
         )
 
 
-def _array_header(count: int) -> bytes:
+def array_header(count: int) -> bytes:
+    """The msgpack header of an array of ``count`` elements (its shortest form, as
+    msgpack writes it)."""
     if count < 16:
         return bytes([0x90 | count])
     if count < 1 << 16:
