@@ -11,8 +11,9 @@ interleaved run (every sample visits every saver, in a rotating order):
   the thread index on statekeeper's savers, by one scan of every checkpoint on
   LangGraph's (which keep no index) -- the same call a user makes on either.
 
-The rows are LangGraph's ``InMemorySaver`` and ``SqliteSaver`` and statekeeper's SQLite,
-file (built with ``fsync=false``: building speed is not what is measured) and Redis
+The rows are LangGraph's ``InMemorySaver`` and ``SqliteSaver`` and statekeeper's SQLite
+(with ``index_metadata=user``, so the filter column measures its metadata index), file
+(built with ``fsync=false``: building speed is not what is measured) and Redis
 (``$REDIS_URL``, default the local server); ratios are to LangGraph's rows. This is a
 benchmark, not a test: nothing is asserted about the numbers.
 
@@ -41,7 +42,7 @@ from _report import (
     table,
     timed_ms,
 )
-from _savers import BACKENDS, Backend, Store, directory_bytes
+from _savers import BACKENDS, Backend, Store, directory_bytes, sqlite_file_bytes
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
@@ -63,8 +64,17 @@ def _open_file_unsynced(path: Path) -> Iterator[Store]:
         yield Store(saver, lambda: directory_bytes(path))
 
 
+@contextmanager
+def _open_ours_indexed(path: Path) -> Iterator[Store]:
+    from statekeeper.checkpointers import open_checkpointer
+
+    with open_checkpointer(f"sqlite:///{path.resolve()}?index_metadata=user") as saver:
+        yield Store(saver, lambda: sqlite_file_bytes(path))
+
+
 ROWS = [
-    *(b for b in BACKENDS if b.key in ("memory", "sqlite", "ours")),
+    *(b for b in BACKENDS if b.key in ("memory", "sqlite")),
+    Backend("ours", "statekeeper SqliteCheckpointer (index_metadata=user)", _open_ours_indexed),
     Backend("file", "statekeeper FileCheckpointer (fsync=false)", _open_file_unsynced),
     *(b for b in BACKENDS if b.key == "redis"),
 ]

@@ -33,8 +33,12 @@ from statekeeper._storage.payload import encode, safe_serde
 from statekeeper.backends.sqlite._database import Database
 from statekeeper.backends.sqlite._integrity import value_crc
 from statekeeper.backends.sqlite.checkpointer import MIGRATIONS, SqliteCheckpointer
+from statekeeper.checkpointers import open_checkpointer
+from statekeeper.checkpointers.semantics import matches
 from statekeeper.errors import (
+    ConfigurationError,
     CorruptCheckpointError,
+    ReadOnlyError,
     SchemaVersionError,
     SerializationError,
     StorageError,
@@ -668,3 +672,94 @@ def test_listing_a_history_rebuilds_each_version_once(tmp_path: Path, monkeypatc
     with SqliteCheckpointer(path) as reader:  # nothing remembered: every delta is read
         assert len(list(reader.list(None))) == 40
     assert len(calls) == 39  # one per stored delta, not one per delta per checkpoint
+
+
+# -- declared metadata indexes (index_metadata) ------------------------------------------
+
+# every kind of value a filter may ask for: those the index selects by, and those it
+# leaves to a scan (floats, NUL, objects, lists, ints beyond 64 bits)
+INDEX_VALUES = ["u1", "1", "", 1, 0, 1.0, 0.1, True, False, None, {"a": 1}, [1], 2**70, "a\x00b"]
+
+
+def _fill_metadata(saver: SqliteCheckpointer, count: int = 70) -> None:
+    """``count`` checkpoints over four threads, every 5th without a ``user`` key."""
+    for i in range(count):
+        meta: dict[str, Any] = {"step": i}
+        if i % 5:
+            meta["user"] = INDEX_VALUES[i % len(INDEX_VALUES)]
+        _put(saver, f"t{i % 4}", {}, **meta)
+
+
+@pytest.mark.parametrize("value", INDEX_VALUES, ids=repr)
+def test_a_filter_on_an_indexed_key_lists_what_a_scan_finds(tmp_path: Path, value: Any) -> None:
+    with SqliteCheckpointer(str(tmp_path / "s.db")) as saver:
+        saver.index_metadata("user")
+        _fill_metadata(saver)
+        wanted = {"user": value}
+        everything = list(saver.list(None))
+        expected = [t.config for t in everything if matches(t.metadata, wanted)]
+        assert expected  # every value is stored (or, for None, missing) somewhere
+        assert [t.config for t in saver.list(None, filter=wanted)] == expected
+        assert [t.config for t in saver.list(None, filter=wanted, limit=2)] == expected[:2]
+        below = {"configurable": {**expected[0]["configurable"]}}
+        after = [t.config for t in saver.list(None, filter=wanted, before=below)]
+        assert after == expected[1:]
+        one = [t.config for t in saver.list(generate_config("t1"), filter=wanted)]
+        assert one == [c for c in expected if c["configurable"]["thread_id"] == "t1"]
+
+
+def test_an_indexed_filter_reads_its_index_not_the_table(tmp_path: Path) -> None:
+    from statekeeper.backends.sqlite._queries import list_where, page_query
+
+    path = tmp_path / "s.db"
+    with open_checkpointer(f"sqlite:///{path}?index_metadata=user,tenant") as saver:
+        _fill_metadata(saver, 10)
+    for value, used in (("u1", True), (7, True), (True, True), (None, True), (0.5, False)):
+        where, params = list_where(None, {"user": value}, None, frozenset({"user"}))
+        sql, args = page_query(where, params, ("z", "z", "z"))  # what a listing's page runs
+        with _sqlite(path) as conn:
+            found = conn.execute(f"EXPLAIN QUERY PLAN {sql}", (*args, 10)).fetchall()
+        plan = " ".join(row[3] for row in found)
+        assert ("USING INDEX checkpoints_meta_user" in plan) is used, (value, plan)
+        if used:  # newest first straight from the index: no sorting step
+            assert "TEMP B-TREE" not in plan, plan
+
+
+def test_declared_indexes_stay_and_serve_later_openings(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with SqliteCheckpointer(path) as saver:
+        _fill_metadata(saver, 20)  # written before any index exists
+    with open_checkpointer(f"sqlite:///{path}", index_metadata=["user"]):
+        pass
+    with _sqlite(path) as conn:
+        names = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    assert "checkpoints_meta_user" in names
+    for mode in ("rw", "ro"):  # not declared again: the index is used all the same
+        with SqliteCheckpointer(path, mode=mode) as saver:
+            expected = [t.config for t in saver.list(None) if t.metadata.get("user") == "1"]
+            assert expected
+            assert [t.config for t in saver.list(None, filter={"user": "1"})] == expected
+
+
+def test_a_read_only_opening_creates_no_index(tmp_path: Path) -> None:
+    path = str(tmp_path / "s.db")
+    with SqliteCheckpointer(path) as saver:
+        _fill_metadata(saver, 10)
+    before = Path(path).read_bytes()
+    with open_checkpointer(f"sqlite:///{path}?mode=ro&index_metadata=user") as saver:
+        assert len(list(saver.list(None, filter={"user": "1"}))) == 1
+        with pytest.raises(ReadOnlyError):
+            saver.index_metadata("user")
+    assert Path(path).read_bytes() == before
+
+
+@pytest.mark.parametrize("keys", ["1user", "user-id", "a b", "x" * 65, "ü", ["ok", ""], [3]])
+def test_index_keys_that_are_not_plain_names_are_refused(tmp_path: Path, keys: Any) -> None:
+    with (
+        SqliteCheckpointer(str(tmp_path / "s.db")) as saver,
+        pytest.raises(ConfigurationError, match="index_metadata takes metadata keys"),
+    ):
+        saver.index_metadata(*([keys] if isinstance(keys, str) else keys))
+    with pytest.raises(ConfigurationError, match="index_metadata takes metadata keys"):
+        open_checkpointer(f"sqlite:///{tmp_path}/u.db", index_metadata=keys)
+    assert not (tmp_path / "u.db").exists()

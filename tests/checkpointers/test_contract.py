@@ -350,6 +350,8 @@ FILTER_METADATA: dict[str, dict[str, Any]] = {
         "mixed": [1, "two", None, {"x": [True]}],
         "big": 2**53 + 1,
         "accent": "é",
+        "nul": "a\x00b",
+        "huge": 2**70,
     },
     "B": {
         "键 🔑": "värde ü",
@@ -367,6 +369,8 @@ FILTER_METADATA: dict[str, dict[str, Any]] = {
         "mixed": [1, "two", None, {"x": [1]}],
         "big": 2**53,
         "accent": "e\u0301",
+        "nul": "a\x00c",
+        "huge": 2**70 + 1,
     },
     "C": {
         "键 🔑": "other",
@@ -425,6 +429,9 @@ FILTER_CASES = [
     ("int-above-2-53", {"big": 2**53 + 1}, "A"),
     ("int-2-53", {"big": 2**53}, "B"),
     ("precomposed-accent", {"accent": "é"}, "A"),
+    ("nul-in-text", {"nul": "a\x00b"}, "A"),
+    ("nul-in-text-2", {"nul": "a\x00c"}, "B"),
+    ("int-beyond-64-bits", {"huge": 2**70}, "A"),
     ("decomposed-accent", {"accent": "e\u0301"}, "B"),
     ("multi-key", {"i": 7, "f": 2.5, "key with spaces": "w"}, "B"),
     ("multi-key-with-none", {"i": 7, "maybe": None}, "AB"),

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii as _json_text
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "location",
     "matches",
     "merged_metadata",
+    "metadata_index_keys",
     "next_version",
     "stored_version",
     "version_key",
@@ -163,6 +165,34 @@ def matches(metadata: dict[str, Any], filter: dict[str, Any]) -> bool:
     a missing key behaves as ``None`` (as in LangGraph's ``InMemorySaver``).
     """
     return all(json_equal(metadata.get(key), value) for key, value in filter.items())
+
+
+_INDEX_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def metadata_index_keys(keys: str | Iterable[str]) -> tuple[str, ...]:
+    """The metadata keys of a checkpointer's ``index_metadata`` option, checked: a
+    comma-separated text (as a URL's query gives it) or a sequence of names, each a
+    letter or ``_`` followed by up to 63 letters, digits or ``_`` (so a key can name a
+    database index and a JSON path as it is). Duplicates are dropped, order kept.
+
+    Raises:
+        ConfigurationError: a key is not such a name.
+    """
+    if isinstance(keys, str):
+        names: list[Any] = keys.split(",") if keys.strip() else []
+    else:
+        names = list(keys)
+    checked: dict[str, None] = {}
+    for name in names:
+        name = name.strip() if isinstance(name, str) else name
+        if not isinstance(name, str) or not _INDEX_KEY.fullmatch(name):
+            raise ConfigurationError(
+                "index_metadata takes metadata keys made of letters, digits and _ (not "
+                f"starting with a digit, at most 64 characters), got {name!r}"
+            )
+        checked[name] = None
+    return tuple(checked)
 
 
 def version_key(version: Any) -> str:

@@ -38,6 +38,7 @@ from statekeeper._storage.damage import Where, corrupt_error
 from statekeeper._storage.damage import with_location as locate
 from statekeeper._storage.deltas import StoredValue
 from statekeeper.backends.sqlite._queries import CheckpointRow, Row, Rows
+from statekeeper.checkpointers.records import PreparedPut
 from statekeeper.errors import CorruptCheckpointError
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "check_value",
     "check_writes",
     "checkpoint_crc",
+    "checkpoint_row",
     "checksum",
     "corrupt",
     "is_text",
@@ -99,6 +101,27 @@ def checkpoint_crc(
 ) -> int:
     """``checkpoints.crc``: everything in the row but the metadata and the writes digest."""
     return checksum(*key, parent_id, run_id, *payload, versions, values_count)
+
+
+def checkpoint_row(prepared: PreparedPut, versions: str, values_count: int) -> Row:
+    """The ``checkpoints`` row of a prepared put (without its writes digest), with its
+    checksums: ``versions`` is its channel versions as stored (JSON), ``values_count``
+    how many of them have a value row."""
+    key = (prepared.thread_id, prepared.checkpoint_ns, prepared.checkpoint_id)
+    parent, run = prepared.parent_id, prepared.run_id
+    crc = checkpoint_crc(key, parent, run, prepared.checkpoint, versions, values_count)
+    metadata = prepared.metadata_json
+    return (
+        *key,
+        parent,
+        run,
+        *prepared.checkpoint,
+        metadata,
+        versions,
+        values_count,
+        crc,
+        metadata_crc(key, metadata),
+    )
 
 
 def metadata_crc(key: tuple[object, object, object], metadata: object) -> int:

@@ -40,6 +40,7 @@ from statekeeper.backends.sqlite._queries import (
     CheckpointRow,
     Row,
     Rows,
+    metadata_index_sql,
 )
 from statekeeper.backends.sqlite._reads import Rules, newest, scope_damage, walk_ancestors
 from statekeeper.backends.sqlite._verify import verify
@@ -232,6 +233,12 @@ class Maintenance:
             total += crc or 0
             conn.execute(f"INSERT {INSERT_WRITE}", (*moved, crc))
         return total
+
+    def index_metadata(self, keys: Sequence[str]) -> None:
+        """Create the index of each of these metadata keys (checked) it lacks."""
+        with self.db.transaction(write=True) as conn:
+            for key in keys:
+                conn.execute(metadata_index_sql(key))
 
     def verify(self, *, repair: bool) -> list[Damage]:
         """See :mod:`._verify`."""

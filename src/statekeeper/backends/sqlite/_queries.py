@@ -1,7 +1,9 @@
 """The SQLite checkpointer's schema, its row shapes and the queries too long to read inline.
 
 Every statement here is a constant with ``?`` placeholders: ids, metadata keys and filter
-values only ever travel as parameters.
+values only ever travel as parameters. The one exception is the key of a declared
+metadata index (``index_metadata``), checked to be a plain name (letters, digits, ``_``),
+which names the index and spells its JSON path.
 
 Tables (see ``MIGRATIONS``; what each checksum covers: :mod:`._integrity`):
 
@@ -16,10 +18,14 @@ Tables (see ``MIGRATIONS``; what each checksum covers: :mod:`._integrity`):
   its root-namespace rows, indexed by (newest id, thread id), are the thread index
   (``Checkpointer.thread_heads``), kept in the transaction of every write.
 * ``checkpoint_integrity`` — ``legacy_rows``: how many rows were written before checksums.
+
+And ``checkpoints_meta_<key>``: an index of one top-level metadata key's value (declared
+with ``index_metadata``), so a listing filtered on it reads a page, not the table.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
@@ -272,9 +278,11 @@ def list_where(
     config: RunnableConfig | None,
     filter: dict[str, Any] | None,
     before: RunnableConfig | None,
+    indexed: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[Any]]:
     """SQL conditions (all parameterised) that narrow a listing. Metadata filters on
-    scalars are pushed down; ``matches`` re-checks every row exactly afterwards."""
+    scalars are pushed down (by the key's index when it is one of ``indexed``);
+    ``matches`` re-checks every row exactly afterwards."""
     where: list[str] = []
     params: list[Any] = []
     thread_id, ns, checkpoint_id = list_scope(config)
@@ -289,25 +297,98 @@ def list_where(
             where.append(column)
             params.append(value)
     for key, value in (filter or {}).items():
-        condition = pushdown(key, value)
+        condition = indexed_pushdown(key, value) if key in indexed else None
+        if condition is None:
+            condition = pushdown(key, value)
         if condition is not None:
             where.append(condition[0])
             params.extend(condition[1])
     return where, params
 
 
+_INT64 = range(-(2**63), 2**63)
+
+
+def page_query(
+    where: Sequence[str], params: Sequence[Any], after: Sequence[Any] | None
+) -> tuple[str, list[Any]]:
+    """One page of a listing: the rows ``where`` selects, newest first (checkpoint id,
+    thread, namespace), below the key ``after`` when given; the page size is the last
+    parameter, left to the caller."""
+    clauses, args = [*where], [*params]
+    if after is not None:
+        clauses.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
+        args.extend(after)
+    sql = SELECT_CHECKPOINTS + (" WHERE " + " AND ".join(clauses) if clauses else "")
+    return sql + " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?", args
+
+
 def pushdown(key: str, value: Any) -> tuple[str, tuple[Any, ...]] | None:
+    """A condition that keeps every row whose metadata holds ``value`` at ``key`` (the
+    exact check follows), or ``None`` when SQL could not tell: a key or text SQLite
+    cannot bind or compare as Python does (lone surrogates; NUL, where SQLite's JSON
+    text ends), an int beyond 64 bits, objects and lists."""
     exists = "EXISTS (SELECT 1 FROM json_each(metadata) WHERE key = ? AND {})"
-    try:
-        key.encode("utf-8")
-        if isinstance(value, str):
-            value.encode("utf-8")
-    except (AttributeError, UnicodeEncodeError):
-        return None  # not bindable: left to the exact check in Python
+    if not _comparable(key) or (isinstance(value, str) and not _comparable(value)):
+        return None  # left to the exact check in Python
     if isinstance(value, bool):
         return exists.format("type = ?"), (key, "true" if value else "false")
+    if isinstance(value, int) and value not in _INT64:
+        return None
     if isinstance(value, int | float):
         return exists.format("type IN ('integer', 'real') AND atom = ?"), (key, value)
     if isinstance(value, str):
         return exists.format("type = 'text' AND atom = ?"), (key, value)
+    return None
+
+
+def _comparable(text: Any) -> bool:
+    """Whether ``text`` is a str SQLite binds and compares as Python does."""
+    if not isinstance(text, str) or "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+# -- declared metadata indexes (index_metadata) ----------------------------------------
+
+# An index on one top-level metadata key: ``metadata_index_sql(key)`` builds it, named
+# METADATA_INDEX + key. The key is checked (semantics.metadata_index_keys: letters,
+# digits and _), so it is spelled into the index name and the JSON path as it is; a
+# query uses the index only when its expression is this very text.
+METADATA_INDEX = "checkpoints_meta_"
+SELECT_METADATA_INDEXES = (
+    "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'checkpoints'"
+    " AND name GLOB 'checkpoints_meta_*'"
+)
+
+
+def metadata_expression(key: str) -> str:
+    return f"json_extract(metadata, '$.{key}')"
+
+
+def metadata_index_sql(key: str) -> str:
+    """The index of metadata ``key``: its value, then the listing order, so an equality
+    on the value reads checkpoints newest first, a page at a time."""
+    return (
+        f"CREATE INDEX IF NOT EXISTS {METADATA_INDEX}{key} ON checkpoints"
+        f" ({metadata_expression(key)}, checkpoint_id, thread_id, checkpoint_ns)"
+    )
+
+
+def indexed_pushdown(key: str, value: Any) -> tuple[str, tuple[Any, ...]] | None:
+    """An equality on the indexed ``key`` that selects every row whose metadata holds
+    ``value`` there (and maybe a few more: ``true`` and ``1`` read alike; the exact check
+    follows), or ``None`` where SQL's reading of JSON could miss one (floats, which
+    SQLite may parse a last digit apart; text with NUL; objects and lists)."""
+    expression = metadata_expression(key)
+    if value is None:  # a missing key reads as None too (semantics.matches)
+        return f"{expression} IS NULL", ()
+    if isinstance(value, bool):
+        return f"{expression} = ?", (int(value),)
+    if (isinstance(value, int) and value in _INT64) or _comparable(value):
+        return f"{expression} = ?", (value,)
     return None

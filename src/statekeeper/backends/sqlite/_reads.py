@@ -28,6 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.deltas import RecentPayloads
 from statekeeper._storage.lineage import assemble_history, walk_chains
 from statekeeper._storage.payload import EMPTY, decode, loads
+from statekeeper.backends.sqlite._database import Database
 from statekeeper.backends.sqlite._integrity import (
     Where,
     check_checkpoint,
@@ -40,8 +41,11 @@ from statekeeper.backends.sqlite._integrity import (
 )
 from statekeeper.backends.sqlite._queries import (
     CHECKPOINT_COLUMNS,
+    LEGACY_ROWS,
+    METADATA_INDEX,
     SELECT_CHANNELS,
     SELECT_HEAD,
+    SELECT_METADATA_INDEXES,
     SELECT_NEWEST,
     SELECT_ONE,
     SELECT_VALUE,
@@ -62,6 +66,7 @@ __all__ = [
     "decode_raw",
     "decode_writes",
     "delta_history",
+    "load_rules",
     "newest",
     "one",
     "read_page",
@@ -79,12 +84,27 @@ _REQUIRED = ("v", "id", "ts", "channel_versions", "versions_seen")  # what LangG
 class Rules:
     """How to read one database: its file (for messages), the checkpointer's memory of
     what it wrote, whether rows without checksums are read unverified (``legacy``, see
-    :mod:`._integrity`) and whether it keeps head records (``heads``)."""
+    :mod:`._integrity`), whether it keeps head records (``heads``) and the metadata keys
+    it has an index of (``indexed``)."""
 
     database: str
     recent: RecentPayloads
     legacy: bool
     heads: bool
+    indexed: frozenset[str] = frozenset()
+
+
+def load_rules(db: Database, recent: RecentPayloads, *, heads: bool) -> Rules:
+    """The rules of ``db`` as it is now: whether it holds rows without checksums, and
+    which metadata keys it has an index of (``heads``: whether its schema has heads)."""
+    legacy = True
+    with db.transaction(write=False) as conn:
+        if heads:
+            legacy_rows = conn.execute(LEGACY_ROWS).fetchone()
+            legacy = legacy_rows is None or legacy_rows[0] != 0
+        names = [name for (name,) in conn.execute(SELECT_METADATA_INDEXES)]
+    indexed = frozenset(name.removeprefix(METADATA_INDEX) for name in names)
+    return Rules(db.path, recent, legacy, heads, indexed)
 
 
 def newest(

@@ -39,8 +39,7 @@ from statekeeper.backends.sqlite._database import MEMORY, Database
 from statekeeper.backends.sqlite._integrity import (
     Where,
     check_writes,
-    checkpoint_crc,
-    metadata_crc,
+    checkpoint_row,
     with_location,
     write_crc,
 )
@@ -51,9 +50,7 @@ from statekeeper.backends.sqlite._queries import (
     HEADS_VERSION,
     INSERT_CHECKPOINT,
     INSERT_WRITE,
-    LEGACY_ROWS,
     MIGRATIONS,
-    SELECT_CHECKPOINTS,
     SELECT_WRITE_CRC,
     SELECT_WRITES,
     SELECT_WRITES_DIGEST,
@@ -64,6 +61,7 @@ from statekeeper.backends.sqlite._queries import (
     CheckpointRow,
     Raw,
     list_where,
+    page_query,
 )
 from statekeeper.backends.sqlite._reads import (
     Cursor,
@@ -72,6 +70,7 @@ from statekeeper.backends.sqlite._reads import (
     decode_raw,
     decode_writes,
     delta_history,
+    load_rules,
     newest,
     one,
     read_page,
@@ -88,6 +87,7 @@ from statekeeper.checkpointers.semantics import (
     check_choice,
     list_scope,
     location,
+    metadata_index_keys,
 )
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage
 from statekeeper.urls import StorageURL, parse_options
@@ -107,6 +107,7 @@ _OPTIONS: dict[str, type] = {
     "serde": object,
     "mode": str,
     "on_corrupt": str,
+    "index_metadata": str,  # comma-separated in a URL; a sequence as a keyword
 }
 
 
@@ -120,8 +121,8 @@ class SqliteCheckpointer(Checkpointer):
             LangGraph's, allowed to rebuild data classes (pydantic models, dataclasses,
             enums, named tuples) from modules already imported and nothing else.
         busy_timeout: seconds a writer waits for another process's write lock.
-        compress: zlib-compress payloads of 1 KiB or more when that saves space (lists
-            that grow by appending are stored as append deltas instead).
+        compress: zlib-compress payloads (append deltas included) of 256 bytes or more
+            when that saves space.
         mode: ``"rw"`` (default) or ``"ro"``: read-only, which never creates or changes
             anything (a missing file raises :class:`~statekeeper.errors.StorageNotFoundError`)
             and refuses every write and claim with :class:`~statekeeper.errors.ReadOnlyError`.
@@ -177,9 +178,19 @@ class SqliteCheckpointer(Checkpointer):
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Open the database a ``sqlite://`` or ``memory://`` URL names, with its query
-        options (text: ``?mode=ro``, ``?on_corrupt=fallback``...) and keyword ``options``;
-        keywords win."""
-        return cls(database_path(url), **parse_options("SQLite", _OPTIONS, url.options, options))
+        options (text: ``?mode=ro``, ``?on_corrupt=fallback``, ``?index_metadata=a,b``...)
+        and keyword ``options``; keywords win. ``index_metadata`` calls
+        :meth:`index_metadata` once open (read-write; read-only, it is ignored)."""
+        merged = parse_options("SQLite", _OPTIONS, url.options, options)
+        keys = metadata_index_keys(merged.pop("index_metadata", ()))
+        saver = cls(database_path(url), **merged)
+        if keys and not saver.read_only:
+            try:
+                saver.index_metadata(*keys)
+            except BaseException:
+                saver.close()
+                raise
+        return saver
 
     @property
     def path(self) -> str:
@@ -187,13 +198,23 @@ class SqliteCheckpointer(Checkpointer):
         return self._db.path
 
     def _load_rules(self) -> Rules:
-        heads = self._db.schema_version >= HEADS_VERSION
-        legacy = True
-        if heads:
-            with self._db.transaction(write=False) as conn:
-                legacy_rows = conn.execute(LEGACY_ROWS).fetchone()
-            legacy = legacy_rows is None or legacy_rows[0] != 0
-        return Rules(self.path, self._recent, legacy, heads)
+        return load_rules(self._db, self._recent, heads=self._db.schema_version >= HEADS_VERSION)
+
+    def index_metadata(self, *keys: str) -> None:
+        """Index these top-level metadata keys (names of letters, digits and ``_``), so
+        ``list(filter={key: value})`` reads a page of matches, not every checkpoint, for
+        text, int, bool or ``None`` values (others are filtered as before; the result is
+        the same). Idempotent; the index stays and serves every later opening. The URL
+        option ``?index_metadata=a,b`` calls this on opening (docs/sqlite.md).
+
+        Raises:
+            ConfigurationError: a key is not such a name.
+            ReadOnlyError: the database is open read-only.
+        """
+        checked = metadata_index_keys(keys)
+        self._writable("index_metadata")
+        self._maintenance().index_metadata(checked)
+        self._rules = self._load_rules()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -274,7 +295,7 @@ class SqliteCheckpointer(Checkpointer):
         quiet: str | None = None,
     ) -> Iterator[CheckpointTuple]:
         """``list``; ``quiet``: a checkpoint id whose damage was reported already."""
-        where, params = list_where(config, filter, before)
+        where, params = list_where(config, filter, before, self._rules.indexed)
         scope = (*list_scope(config), before_id(before))
         remaining = limit
         after: Cursor | None = None
@@ -328,14 +349,7 @@ class SqliteCheckpointer(Checkpointer):
         size: int,
         scope: tuple[str | None, ...],
     ) -> tuple[Page, Cursor | None, bool]:
-        clauses, args = [*where], [*params]
-        if after is not None:
-            clauses.append("(checkpoint_id, thread_id, checkpoint_ns) < (?, ?, ?)")
-            args.extend(after)
-        sql = SELECT_CHECKPOINTS
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY checkpoint_id DESC, thread_id DESC, checkpoint_ns DESC LIMIT ?"
+        sql, args = page_query(where, params, after)
         with self._db.transaction(write=False) as conn:
             rows = [CheckpointRow._make(found) for found in conn.execute(sql, (*args, size))]
             page, last = read_page(conn, rows, self._rules, filter, (*scope, after))
@@ -389,19 +403,7 @@ class SqliteCheckpointer(Checkpointer):
         with self._db.transaction(write=True) as conn:
             chosen = [write_value(conn, thread_id, ns, plan, self._recent) for plan in plans]
             (present,) = conn.execute(COUNT_VALUES, (versions, thread_id, ns)).fetchone()
-            row = (
-                *key,
-                prepared.parent_id,
-                prepared.run_id,
-                *prepared.checkpoint,
-                prepared.metadata_json,
-                versions,
-                present,
-                checkpoint_crc(
-                    key, prepared.parent_id, prepared.run_id, prepared.checkpoint, versions, present
-                ),
-                metadata_crc(key, prepared.metadata_json),
-            )
+            row = checkpoint_row(prepared, versions, present)
             if conn.execute(INSERT_CHECKPOINT, row).rowcount:
                 conn.execute(UPSERT_HEAD, key)
             else:
