@@ -261,9 +261,11 @@ def test_every_key_of_a_thread_shares_its_hash_tag_and_stays_under_the_prefix(
         f"{prefix}:layout".encode(),
         f"{prefix}:threads".encode(),
         f"{prefix}:{{{prefix}:threads}}:count".encode(),
-        # the thread index, in the registry's slot
+        # the thread index and the checkpoint index, in the registry's slot
         f"{prefix}:{{{prefix}:threads}}:heads".encode(),
         f"{prefix}:{{{prefix}:threads}}:head".encode(),
+        f"{prefix}:{{{prefix}:threads}}:checkpoints".encode(),
+        f"{prefix}:{{{prefix}:threads}}:checkpoints:by-thread".encode(),
         *(
             f"{prefix}:{{thread-1}}:{name}".encode()
             for name in ("ids", "ns", "cp", "blobs", "refs", "writes", "wix", "runs")
@@ -313,7 +315,8 @@ def test_odd_ids_are_encoded_into_distinct_tags_of_safe_characters(
         tags = set()
         for key in keys_of(client, prefix):
             rest = key.decode()[len(prefix) + 1 :]
-            registry = [f"{{{prefix}:threads}}:{name}" for name in ("count", "heads", "head")]
+            names = ("count", "heads", "head", "checkpoints", "checkpoints:by-thread")
+            registry = [f"{{{prefix}:threads}}:{name}" for name in names]
             if rest in ("layout", "threads", *registry):
                 continue
             assert rest.startswith("{")
@@ -433,10 +436,38 @@ def test_latest_and_list_limit_do_the_same_work_whatever_the_thread_size(
         admin.config_resetstat()
         assert len(list(saver.list(None, limit=3))) == 3
         used_globally = _commands(private)
-        assert "scan" not in used_globally
-        assert "keys" not in used_globally
-        assert used_globally["zscan"] == 1  # the registry of threads, not the keyspace
+        assert not whole & set(used_globally), used_globally  # no scan of anything
         assert not any(name.startswith(("ft.", "json.")) for name in used_globally)
+
+
+def test_the_global_listing_does_the_same_work_whatever_the_number_of_threads(
+    private: Server,
+) -> None:
+    """list(None, limit=k) reads a page of the checkpoint index and the page's threads:
+    the same commands with 3 threads as with 300, filtered on an indexed key or not."""
+    admin = redis.Redis(port=private.port)
+    url = f"redis://127.0.0.1:{private.port}/0"
+    with open_checkpointer(url, index_metadata=["user"]) as saver:
+        used: list[dict[str, int]] = []
+        for threads in (3, 300):
+            for t in range(threads):
+                put(saver, f"old-{threads}-{t}", {"a": t}, user="someone")
+            parent = None
+            for step in range(4):  # the newest checkpoints: two users in one thread
+                parent = put(saver, "new", {"a": step}, parent, step=step, user=f"u{step % 2}")
+            user = {"user": "u1"}
+            for _ in range(2):  # the first time, the server learns the scripts
+                admin.config_resetstat()
+                assert [t.metadata["step"] for t in saver.list(None, limit=3)] == [3, 2, 1]
+                assert [t.metadata["step"] for t in saver.list(None, filter=user, limit=2)] == [
+                    3,
+                    1,
+                ]
+            used.append(_commands(private))
+            saver.delete_thread("new")
+        assert used[0] == used[1]
+        assert "zscan" not in used[1]
+        assert "scan" not in used[1]
 
 
 def test_large_threads_are_copied_pruned_and_deleted_in_bounded_batches(url: str) -> None:

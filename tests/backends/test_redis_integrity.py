@@ -467,7 +467,8 @@ def _unseal_all(client: Any, saver: Any, thread_id: str) -> None:
             client.hdel(refs, field)
     client.set(f"{saver.prefix}:layout", "1")
     registry = f"{saver.prefix}:{{{saver.prefix}:threads}}"
-    client.delete(f"{registry}:count", f"{registry}:heads", f"{registry}:head")  # not in 1
+    not_in_1 = ("count", "heads", "head", "checkpoints", "checkpoints:by-thread")
+    client.delete(*(f"{registry}:{name}" for name in not_in_1))
 
 
 def test_layout_1_keys_are_read_and_repair_seals_them(url: str) -> None:
@@ -485,8 +486,10 @@ def test_layout_1_keys_are_read_and_repair_seals_them(url: str) -> None:
     assert client.get(f"{prefix_of(url)}:layout") == b"1"
     assert not client.exists(f"{prefix_of(url)}:{{{prefix_of(url)}:threads}}:heads")
     with open_checkpointer(url) as saver:  # read-write: the version is upgraded
-        assert client.get(f"{prefix_of(url)}:layout") == b"3"
-        assert client.zcard(f"{prefix_of(url)}:{{{prefix_of(url)}:threads}}:heads") == 2
+        assert client.get(f"{prefix_of(url)}:layout") == b"4"
+        registry = f"{prefix_of(url)}:{{{prefix_of(url)}:threads}}"
+        assert client.zcard(f"{registry}:heads") == 2
+        assert client.zcard(f"{registry}:checkpoints") == 2 * len(ids)  # both threads
         assert saver.thread_heads(limit=10) == scanned  # the index, built on opening
         assert saver.verify(repair=True) == []  # sealed and counted: not damage
         cp = client.hgetall(thread_key(saver, THREAD, "cp"))

@@ -136,6 +136,27 @@ def test_a_read_only_open_lists_through_the_index(url: str, backend: Any) -> Non
 
 def _damage_index(saver: Any, backend: Any, url: str, thread_id: str, how: str) -> None:
     """Delete (``how="delete"``) or falsify (``"damage"``) the index record of a thread."""
+    if backend.name == "file":
+        from pathlib import Path
+        from shutil import rmtree
+
+        from statekeeper.backends.file._log.catalog_files import (
+            JournalWriter,
+            journal_path,
+            read_state,
+        )
+
+        index = Path(saver.path) / "index"
+        if how == "delete":
+            rmtree(index)  # the whole index
+            return
+        state = read_state(index)  # a well-formed line that names an older head
+        writer = JournalWriter(journal_path(index, state.journal))
+        try:
+            writer.append([{"h": "0", "t": thread_id}], durable=False)
+        finally:
+            writer.close()
+        return
     if backend.name in ("memory", "sqlite"):
         with saver._db.transaction(write=True) as conn:
             if how == "delete":
@@ -173,8 +194,6 @@ def _damage_index(saver: Any, backend: Any, url: str, thread_id: str, how: str) 
 def test_verify_reports_a_damaged_index_and_repair_rebuilds_it(
     saver: Any, backend: Any, url: str, how: str
 ) -> None:
-    if backend.name == "file":
-        pytest.skip("the file backend keeps no index: it reads each thread's log")
     ids = {t: _put(saver, t) for t in ("a", "b", "c")}
     expected = saver.thread_heads(limit=10)
     _damage_index(saver, backend, url, "b", how)
@@ -242,15 +261,20 @@ def test_older_redis_keys_gain_the_index_on_a_read_write_open(backend: Any, url:
         prefix = saver.prefix
     client = client_for(REDIS.prefixes[prefix])
     registry = f"{prefix}:{{{prefix}:threads}}"
-    client.delete(f"{registry}:heads", f"{registry}:head")  # layout 2 had no index
+    # layout 2 had no thread index, nor the checkpoint index of layout 4
+    gone = ("heads", "head", "checkpoints", "checkpoints:by-thread")
+    client.delete(*(f"{registry}:{name}" for name in gone))
     client.set(f"{prefix}:layout", "2")
     with open_checkpointer(url, mode="ro") as reader:  # read as they are: a scan
         assert [h.checkpoint_id for h in reader.thread_heads(limit=10)] == ids[::-1]
+        assert [t.checkpoint["id"] for t in reader.list(None)] == ids[::-1]
     assert not client.exists(f"{registry}:heads")
-    with open_checkpointer(url) as saver:  # upgraded: the index is built first
-        assert client.get(f"{prefix}:layout") == b"3"
+    with open_checkpointer(url) as saver:  # upgraded: the indexes are built first
+        assert client.get(f"{prefix}:layout") == b"4"
         assert client.zcard(f"{registry}:heads") == 3
+        assert client.zcard(f"{registry}:checkpoints") == 3
         assert [h.checkpoint_id for h in saver.thread_heads(limit=10)] == ids[::-1]
+        assert [t.checkpoint["id"] for t in saver.list(None)] == ids[::-1]
         assert saver.verify() == []
 
 

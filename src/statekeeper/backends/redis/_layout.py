@@ -26,9 +26,11 @@ from statekeeper._storage.deltas import (
 from statekeeper._storage.payload import check_id
 from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
+from statekeeper.backends.redis._index.members import Declared, IndexKeys
+from statekeeper.backends.redis._index.scripts import INDEX, REGISTER, UNREGISTER
 from statekeeper.backends.redis._integrity.records import head
 from statekeeper.backends.redis._io import Cmd, Eval
-from statekeeper.backends.redis._lua import INDEX, REGISTER, THREAD_KEYS, UNREGISTER
+from statekeeper.backends.redis._lua import THREAD_KEYS
 from statekeeper.checkpointers.base import TaskWrite
 from statekeeper.errors import StorageError
 
@@ -79,6 +81,10 @@ class Layout:
         self.heads = f"{prefix}:{{{prefix}:threads}}:heads".encode()
         self.head_of = f"{prefix}:{{{prefix}:threads}}:head".encode()
         self.indexed = True  # False: keys of a layout before the index, opened read-only
+        # the indexes across threads (the checkpoint index, declared metadata keys')
+        self.across = IndexKeys(prefix)
+        self.listed = True  # False: keys of a layout before the checkpoint index, read-only
+        self.declared = Declared()  # as last read from the prefix (replaced whole)
         self.written = Written()  # this process' last list values: delta bases, known reads
         self._names: dict[str, tuple[str, tuple[bytes, ...]]] = {}
         self._fields: dict[tuple[str, str, str], bytes] = {}
@@ -128,6 +134,11 @@ class Layout:
     def score(self) -> str:
         """The registry score of a thread written now: when its keys expire (ms)."""
         return f"{time.time() * 1000 + self.ttl_ms:.0f}" if self.ttl_ms else "+inf"
+
+    def copying_key(self, thread_id: str) -> bytes:
+        """The key that says a copy into the thread is being published (its index
+        entries are there before its data): readers do not remove them meanwhile."""
+        return f"{self.prefix}:{{{self.tag(thread_id)}}}:copying".encode()
 
     def claim_key(self, thread_id: str) -> bytes:
         """The key of the thread's claim (``claim_thread``), with the thread's hash tag."""

@@ -1,8 +1,9 @@
 """How the Redis checkpointer lists across threads: the registry of threads (checked
-against its count; entries of expired threads swept), the thread index (each thread's
-newest root checkpoint, newest first: ``thread_heads``), the ``ids`` index of every thread,
-merged newest first, read a page at a time, within a listing's limit; and the steps every
-listing shares (large values fetched after a script, the first item of a stream).
+against its count), the thread index (each thread's newest root checkpoint, newest
+first: ``thread_heads``), the ``ids`` index of every thread merged newest first, read a
+page at a time (how ``list(None)`` reads keys of a layout before the checkpoint index,
+opened read-only: :mod:`._index.listing`); and the steps every listing shares (large
+values fetched after a script, the first item of a stream).
 
 Pure bookkeeping over sans-IO requests (:class:`~._io.Cmd`, :class:`~._io.Batch`): the
 listing in :mod:`._reads` runs it with the sync or the asyncio client.
@@ -11,12 +12,12 @@ listing in :mod:`._reads` runs it with the sync or the asyncio client.
 from __future__ import annotations
 
 import heapq
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered, split_ordered, untag
+from statekeeper.backends.redis._index.scripts import REGISTRY
 from statekeeper.backends.redis._integrity.checked import Checked, log
 from statekeeper.backends.redis._integrity.seal import (
     BACKEND,
@@ -40,6 +41,7 @@ __all__ = [
     "Source",
     "fill",
     "first_item",
+    "is_tag",
     "read_roots",
     "root_head",
     "root_id",
@@ -55,15 +57,20 @@ class Registry(Checked):
 
     def _checked_registry(self) -> Op[list[str]]:
         """The registered threads, after checking the registry against its count."""
-        members, count = yield Eval(lua.REGISTRY, (self.registry, self.counter), ("check",))
+        yield from self._checked_count()
+        threads: list[str] = yield from self.registered()
+        return threads
+
+    def _checked_count(self) -> Op[None]:
+        """Check the registry against its count (O(1)): a member, or the whole key,
+        deleted by something else shows. Raised, or logged (``on_corrupt="fallback"``)."""
+        members, count = yield Eval(REGISTRY, (self.registry, self.counter), ("check",))
         if count is not None and int(count) != members:
             reason = (
                 f"the registry of threads lists {members} threads where {int(count)} were "
                 "registered (members or the whole key were deleted)"
             )
             self._skip(corrupt(Damage(reason, BACKEND, record="index", path=path(self.registry))))
-        threads: list[str] = yield from self.registered()
-        return threads
 
     # -- the registry of threads ---------------------------------------------------------
 
@@ -92,25 +99,6 @@ class Registry(Checked):
                 else:
                     log.warning("%s; skipped", error)
         return threads
-
-    def sweep(self) -> Op[None]:
-        """Drop registry entries of threads whose keys have all expired (bounded work);
-        read-only, nothing."""
-        if self.read_only:
-            return
-        now = f"{time.time() * 1000:.0f}"
-        flat = yield Eval(lua.EXPIRED, (self.registry,), (now, SCAN))
-        pairs = list(zip(flat[::2], flat[1::2], strict=True))
-        if not pairs:
-            return
-        pairs = [(m, s) for m, s in pairs if _is_tag(m)]
-        if not pairs:
-            return
-        exists = yield Batch(tuple(Cmd(("EXISTS", *self.keys(untag(m)))) for m, _ in pairs))
-        gone = [x for (m, s), n in zip(pairs, exists, strict=True) if not n for x in (m, s)]
-        if gone:
-            yield Eval(lua.REMOVE_IF, (self.registry, self.counter), tuple(gone))
-            yield self.index("del", [(untag(member), None) for member in gone[::2]])
 
     # -- the thread index ----------------------------------------------------------------
 
@@ -203,7 +191,8 @@ def _head(member: bytes) -> Head | None:
     return Head(thread_id, checkpoint_id) if rest == "" else None
 
 
-def _is_tag(member: bytes) -> bool:
+def is_tag(member: bytes) -> bool:
+    """Whether a registry member is a thread's tag (else damage)."""
     try:
         untag(member)
     except ValueError:

@@ -19,7 +19,10 @@ thread's hash tag, so it runs atomically on one Cluster node. Ids reach scripts 
 ``KEYS[9]`` and ``KEYS[10]``, when given (standalone servers only), are the registry of
 threads and the count of its members (a key in the registry's slot,
 ``<prefix>:{<prefix>:threads}:count``), which tells a deleted registry entry or key;
-``PUT``'s ``KEYS[11]`` and ``KEYS[12]`` the thread index (``INDEX``), in the same slot.
+``PUT``'s ``KEYS[11]`` and ``KEYS[12]`` the thread index, ``KEYS[13]`` the hash of
+declared metadata indexes (whose generation the put was planned against) and
+``KEYS[14...]`` the indexes across threads the checkpoint enters, all in the same slot
+(:mod:`statekeeper.backends.redis._index`, whose scripts run in that slot).
 
 The field ``STAMP`` (one byte, ``\xff``: no value field is empty, so it is no value's CRC
 field) of ``refs`` is the thread's change stamp, ``<seconds>.<microseconds>:<count>``: every
@@ -48,22 +51,17 @@ __all__ = [
     "DELETE_REFS",
     "DELETE_RUNS",
     "DELETE_THREAD",
-    "EXPIRED",
     "FINISH_COPY",
-    "INDEX",
     "LAYOUT",
     "LAYOUT_VERSION",
+    "LIB",
     "NAMESPACES",
     "PUT",
     "PUT_WRITES",
     "READ",
-    "REGISTER",
-    "REGISTRY",
-    "REMOVE_IF",
     "REPAIR",
     "STAMP",
     "THREAD_KEYS",
-    "UNREGISTER",
     "WALK",
     "WCOUNT",
 ]
@@ -73,29 +71,38 @@ STAMP = b"\xff"  # the field of ``refs`` holding the thread's change stamp
 WCOUNT = b"\xfd"  # + ref: the field of ``refs`` counting a checkpoint's pending writes
 
 # The functions every thread script starts with, kept as a Lua file to be read as Lua.
-_LIB = (resources.files(__package__) / "_thread_lib.lua").read_text(encoding="utf-8")
+LIB = (resources.files(__package__) / "_thread_lib.lua").read_text(encoding="utf-8")
 # ARGV: ttl, registry score and member, ref, record, run member ("" if none), the thread
 # index member and field ("" unless the checkpoint is a root one and KEYS[11], KEYS[12]
-# are given: then the index is updated in this script), then per
-# value: field, value, base field, base crc ("" unless the value is a delta), crc. If the
-# base of a delta is gone or changed, nothing is written and the reply lists those values
-# (1-based) so the caller sends them whole; else the reply is 1. References are counted
-# before the old record (a re-put) is released, so a value both records use survives.
+# are given: then the index is updated in this script), the generation of the declared
+# metadata indexes the members were planned for and how many members n follow (one per
+# KEYS[14...]: "" and 0 in a Cluster, where they are added before), then per value:
+# field, value, base field, base crc ("" unless the value is a delta), crc. If the
+# declared indexes changed, nothing is written and the reply is "indexes" (the caller
+# plans again); if the base of a delta is gone or changed, nothing is written and the
+# reply lists those values (1-based) so the caller sends them whole; else the reply is 1.
+# References are counted before the old record (a re-put) is released, so a value both
+# records use survives.
 PUT = Script(
-    _LIB
+    LIB
     + r"""
 local ref, rec, run = ARGV[4], ARGV[5], ARGV[6]
+local first = 11 + tonumber(ARGV[10])  -- the ARGV of the first value
+if #KEYS > 12 and (redis.call('HGET', KEYS[13], ':gen') or '') ~= ARGV[9] then
+  return 'indexes'
+end
 local stale = {}
-for i = 9, #ARGV, 5 do
+for i = first, #ARGV, 5 do
   local base = ARGV[i + 2]
   if base ~= '' and redis.call('HGET', KEYS[5], '\255' .. base) ~= ARGV[i + 3] then
-    stale[#stale + 1] = (i - 4) / 5
+    stale[#stale + 1] = (i - first) / 5 + 1
   end
 end
 if #stale > 0 then return stale end
 register()
 if #KEYS > 10 and ARGV[7] ~= '' then index_head(KEYS[11], KEYS[12], ARGV[8], ARGV[7], false) end
-for i = 9, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
+for i = 14, #KEYS do redis.call('ZADD', KEYS[i], 0, ARGV[i - 3]) end
+for i = first, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
 local _, fields = header(rec)
 for i = 1, #fields do redis.call('HINCRBY', KEYS[5], fields[i], 1) end
 local old = redis.call('ZADD', KEYS[2], 0, ref) == 0 and redis.call('HGET', KEYS[3], ref)
@@ -120,7 +127,7 @@ return 1
 # channels replace (replace "1"). The checkpoint's count of writes grows by the fields
 # added; a checkpoint with writes of layout 1 (no count) gets the count of its wix range.
 PUT_WRITES = Script(
-    _LIB
+    LIB
     + r"""
 register()
 local ref, added = ARGV[4], 0
@@ -156,7 +163,7 @@ return 1
 # fetches those with HMGET, and reads again if one is gone). A record whose header
 # cannot be read gets no chains: the caller finds it damaged.
 READ = Script(
-    _LIB
+    LIB
     + r"""
 local what, a = ARGV[2], 4 + 2 * tonumber(ARGV[3])
 for i = 4, a - 1, 2 do known[ARGV[i]] = ARGV[i + 1] end
@@ -204,7 +211,7 @@ return {check, out}
 
 # ARGV: value fields. Reply: the chain of each (see READ).
 CHAINS = Script(
-    _LIB
+    LIB
     + r"""
 local out = {}
 for i = 1, #ARGV do out[i] = chain(ARGV[i]) end
@@ -212,36 +219,45 @@ return out
 """
 )
 
-# ARGV: refs. Reply: how many checkpoints existed and were deleted.
+# ARGV: want ("1": the metadata of each deleted checkpoint too), then refs. Reply: the ref
+# and metadata JSON (false unless wanted) of each checkpoint that existed and was deleted,
+# flat: the caller removes their index entries afterwards.
 DELETE_REFS = Script(
-    _LIB
+    LIB
     + r"""
-local n = 0
-for i = 1, #ARGV do n = n + drop(ARGV[i]) end
-if n > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
-return n
+local out = {}
+for i = 2, #ARGV do
+  local rec = drop(ARGV[i])
+  if rec then deleted(out, ARGV[i], rec, ARGV[1]) end
+end
+if #out > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
+return out
 """
 )
 
-# ARGV: budget, then E(run id) of each run. Deletes up to `budget` checkpoints of these
-# runs; the reply is how many run entries were processed (budget: call again).
+# ARGV: budget, want (see DELETE_REFS), then E(run id) of each run. Deletes up to `budget`
+# checkpoints of these runs; the reply is how many run entries were processed (budget:
+# call again), then what DELETE_REFS replies for the checkpoints deleted.
 DELETE_RUNS = Script(
-    _LIB
+    LIB
     + r"""
-local budget, n = tonumber(ARGV[1]), 0
-for i = 2, #ARGV do
+local budget, n, out = tonumber(ARGV[1]), 0, {}
+for i = 3, #ARGV do
   local run = ARGV[i]
   local members = redis.call('ZRANGE', KEYS[8], '[' .. run, '(' .. run .. '\255',
     'BYLEX', 'LIMIT', 0, budget - n)
   for j = 1, #members do
-    drop(string.sub(members[j], #run + 1))
+    local ref = string.sub(members[j], #run + 1)
+    local rec = drop(ref)
+    if rec then deleted(out, ref, rec, ARGV[2]) end
     redis.call('ZREM', KEYS[8], members[j])
   end
   n = n + #members
   if n >= budget then break end
 end
 if n > 0 then bump(KEYS[1], KEYS[5], KEYS[7]) end
-return n
+table.insert(out, 1, n)
+return out
 """
 )
 
@@ -258,16 +274,6 @@ return n
 
 # KEYS: ns. ARGV: E(ns) to start after ("" = from the first), max namespaces.
 # Reply: the newest ref of each namespace, in namespace order.
-# KEYS: registry, its count (one slot). The registry and its count, once no thread is
-# registered; returns 1 when they are gone, 0 while a thread is left.
-FORGET_REGISTRY = Script(
-    """
-if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2])
-return 1
-"""
-)
-
 NAMESPACES = Script(
     r"""
 local out, after = {}, ARGV[1]
@@ -291,7 +297,7 @@ return out
 # value. Stops at the root, a missing parent, after max steps, or once every channel has
 # been found (the caller continues from the last ancestor if it needs more).
 WALK = Script(
-    _LIB
+    LIB
     + r"""
 local ens, out = ARGV[1], {}
 local at = ens .. enc(ARGV[2])
@@ -333,20 +339,26 @@ return out
 """
 )
 
-# KEYS: the 8 staging keys, the 8 target keys, then a marker key. ARGV: ttl.
+# KEYS: the 8 staging keys, the 8 target keys, a marker key, the target's "copying" key
+# (set while the copy's index entries are there before its data: readers keep them), and
+# on a standalone server the hash of declared metadata indexes. ARGV: ttl, the generation
+# of the declared indexes the copy's entries were added for.
 # Makes a staged copy visible at once: renames every staging key onto the target, unless
 # the target has data (reply 0; the staging keys are deleted), and starts the target's
 # change stamp (the staged refs hold none: the caller leaves the source's out). Reply 1 on
-# success, also when retried after a success (the marker remembers it for ten minutes).
+# success, also when retried after a success (the marker remembers it for ten minutes);
+# 2, with nothing done, if an index was declared since the entries were added.
 FINISH_COPY = Script(
-    _LIB
+    LIB
     + r"""
 local marker = KEYS[17]
 if redis.call('EXISTS', marker) == 1 then return 1 end
+if #KEYS > 18 and (redis.call('HGET', KEYS[19], ':gen') or '') ~= ARGV[2] then return 2 end
 local busy = 0
 for i = 9, 16 do busy = busy + redis.call('EXISTS', KEYS[i]) end
 if busy > 0 then
   for i = 1, 8 do redis.call('UNLINK', KEYS[i]) end
+  redis.call('DEL', KEYS[18])
   return 0
 end
 local ttl = tonumber(ARGV[1])
@@ -358,6 +370,7 @@ for i = 1, 8 do
     if at then redis.call('PEXPIREAT', KEYS[i + 8], at) else redis.call('PERSIST', KEYS[i + 8]) end
   end
 end
+redis.call('DEL', KEYS[18])
 bump(KEYS[9], KEYS[13], KEYS[15])
 redis.call('SET', marker, '1', 'PX', 600000)
 return 1
@@ -370,7 +383,7 @@ return 1
 # old). Runs them only if the stamp is unchanged (else nothing: reply false), counts the
 # stamp up, gives keys created meanwhile the thread's expiry, and replies the new stamp.
 REPAIR = Script(
-    _LIB
+    LIB
     + r"""
 if (redis.call('HGET', KEYS[5], '\255') or '') ~= ARGV[1] then return false end
 local i = 2
@@ -405,84 +418,13 @@ return redis.call('HGET', KEYS[5], '\255') or ''
 """
 )
 
-# The thread registry (a sorted set: member = tagged thread id, score = the time in ms its
-# keys expire, +inf for never) lives in its own slot, so it is updated next to the
-# thread's scripts, not inside them. These two sweep entries whose threads expired.
-
-# KEYS: registry. ARGV: now (ms), max. Reply: member, score, ... (scores as Redis prints them)
-EXPIRED = Script(
-    r"""
-return redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[1], 'BYSCORE',
-  'LIMIT', 0, tonumber(ARGV[2]), 'WITHSCORES')
-"""
-)
-
-# KEYS: registry, its count. ARGV: member, score, ... Removes each member whose score is
-# unchanged (a writer that touched the thread since has moved its score, and keeps it).
-REMOVE_IF = Script(
-    r"""
-local n = 0
-for i = 1, #ARGV, 2 do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[i + 1] then
-    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
-  end
-end
-if n > 0 and KEYS[2] then redis.call('DECRBY', KEYS[2], n) end
-return n
-"""
-)
-
-# The registry's count (KEYS[2]) is the number of its members (KEYS[1]): every script that
-# adds or removes one counts it, so a member or the whole key deleted by something else
-# shows as a difference.
-
-# KEYS: registry, count. ARGV: score, member. Registers a thread (or moves its score).
-REGISTER = Script(
-    r"""
-if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCR', KEYS[2]) end
-return 1
-"""
-)
-
-# KEYS: the thread index's sorted set and hash. ARGV: "max" (keep the newer of the stored
-# and the given head: a put), "set" (the given one: the newest were deleted) or "del",
-# then field, member pairs (member "" for "del").
-INDEX = Script(
-    _LIB
-    + r"""
-for i = 2, #ARGV, 2 do
-  if ARGV[1] == 'del' then unindex_head(KEYS[1], KEYS[2], ARGV[i])
-  else index_head(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1], ARGV[1] == 'set') end
-end
-return 1
-"""
-)
-
-# KEYS: registry, count. ARGV: member. Unregisters a thread.
-UNREGISTER = Script(
-    r"""
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then redis.call('DECR', KEYS[2]) end
-return 1
-"""
-)
-
-# KEYS: registry, count. ARGV: what ("check", "start": count the members if there is no
-# count yet -- a registry of layout 1 --, "reset": count them now, a repair). Replies
-# {members, count or false}.
-REGISTRY = Script(
-    r"""
-if ARGV[1] == 'reset' or (ARGV[1] == 'start' and redis.call('EXISTS', KEYS[2]) == 0) then
-  redis.call('SET', KEYS[2], redis.call('ZCARD', KEYS[1]))
-end
-return {redis.call('ZCARD', KEYS[1]), redis.call('GET', KEYS[2])}
-"""
-)
-
 # 2: records, values and writes are sealed (a CRC each: _integrity.seal), refs counts each
 # checkpoint's writes. Layout-1 keys are read as they are; opening read-write upgrades the
 # version key, so that an older statekeeper refuses the prefix instead of misreading it.
-# 3: the thread index (INDEX), built from the threads when a read-write open upgrades.
-LAYOUT_VERSION = 3
+# 3: the thread index, built from the threads when a read-write open upgrades.
+# 4: the checkpoint index across threads (and declared metadata indexes), built from the
+# threads' ids indexes when a read-write open upgrades (statekeeper.backends.redis._index).
+LAYOUT_VERSION = 4
 
 # KEYS: the layout key. ARGV: this layout's version. Stores it where there is none or an
 # older one (the upgrade: older keys stay readable); replies what the key held (false:

@@ -5,13 +5,13 @@ Each operation is a generator that yields requests (:class:`~._io.Cmd`,
 replies back; :class:`~._io.Connection` runs it with the synchronous or
 the asyncio client. Reads of one thread are one ``READ`` script call per page of
 checkpoints (newest first, by ``ZRANGE ... BYLEX REV LIMIT``), plus one ``HMGET`` when
-values too large to pass through Lua are due; ``list(None)`` merges the threads of the
-registry.
+values too large to pass through Lua are due; ``list(None)``, and filters on declared
+metadata keys, read through the indexes across threads (:mod:`._index.listing`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -21,65 +21,24 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.lineage import assemble_history, walk_chains
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered
+from statekeeper.backends.redis._index.listing import READ_ATTEMPTS, Listings
 from statekeeper.backends.redis._integrity.records import Payloads
 from statekeeper.backends.redis._integrity.seal import Bad
-from statekeeper.backends.redis._io import Batch, Call, Cmd, Emit, Eval, Op, Stream
-from statekeeper.backends.redis._layout import Item, pending, swap, unstable, value_chains
-from statekeeper.backends.redis._listing import (
-    PAGE,
-    SCAN,
-    Budget,
-    Merge,
-    Registry,
-    Source,
-    fill,
-    first_item,
-    span,
-)
+from statekeeper.backends.redis._io import Batch, Cmd, Emit, Eval, Op, Stream
+from statekeeper.backends.redis._layout import Item, pending, swap, unstable
+from statekeeper.backends.redis._listing import PAGE, Budget, fill, first_item, span
 from statekeeper.checkpointers.base import TaskWrite
-from statekeeper.checkpointers.semantics import (
-    before_id,
-    list_scope,
-    location,
-    matches,
-)
+from statekeeper.checkpointers.semantics import before_id, list_scope, location
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError
 
 __all__ = ["Reads", "holds_value"]
 
 WALK_STEPS = 256  # ancestors followed per script call
-READ_ATTEMPTS = 5  # reads of a checkpoint whose large values vanished meanwhile
 
 
-class Reads(Registry):
+class Reads(Listings):
     """The reading operations. ``serde`` is passed to each call because LangGraph's
     ``with_allowlist`` clones a saver with another serializer."""
-
-    def _read(
-        self,
-        thread_id: str,
-        keys: tuple[bytes, ...],
-        what: str,
-        *mode: Any,
-        known: Sequence[bytes] = (),
-        refresh: bool = True,
-    ) -> Op[list[Item]]:
-        """One READ script call (see its ARGV), its thread-wide checks passed; with
-        ``"f"``, the large values fetched too. Consistent: read again if a checkpoint
-        changed in between. Restarts the thread's TTL with ``refresh_on_read`` (never
-        read-only)."""
-        refresh = refresh and self.refresh_on_read and not self.read_only
-        ttl = self.ttl_ms if refresh else -1
-        call = Eval(lua.READ, keys, (ttl, what, len(known) // 2, *known, *mode))
-        for _ in range(READ_ATTEMPTS):
-            if refresh:
-                _, reply = yield Batch((self.touch(thread_id, only_existing=True), call))
-            else:
-                reply = yield call
-            items = self._checked(thread_id, reply)
-            if what != "f" or (yield from fill([(keys, value_chains(items))])):
-                return items
-        raise unstable()
 
     def get_tuple(
         self, serde: SerializerProtocol, config: RunnableConfig
@@ -137,6 +96,9 @@ class Reads(Registry):
             yield from self._list_all(serde, filter, below, limit)
         elif ns is not None and checkpoint_id is not None:
             yield from self._list_one(serde, thread_id, ns, checkpoint_id, filter)
+        elif filter and (chosen := (yield from self._chosen(filter))):
+            place = (thread_id, ns, checkpoint_id, below)
+            yield from self._list_thread_by(serde, place, filter, chosen, Budget(limit))
         else:
             scope = span(ns, checkpoint_id, below)
             yield from self._list_thread(serde, thread_id, ns, scope, filter, Budget(limit))
@@ -189,38 +151,6 @@ class Reads(Registry):
             last = items[-1][0]
             high = b"(" + (swap(last) if mode == "ids" else last)
 
-    def _emit_page(
-        self,
-        serde: SerializerProtocol,
-        thread: tuple[str, tuple[bytes, ...]],
-        found: list[Item],
-        memory: tuple[Sequence[bytes], dict[bytes, bytes]],
-        budget: Budget,
-    ) -> Generator[Call | Emit, Any, bool]:
-        """Emit the checkpoints of one READ reply's items; True once ``budget`` is spent.
-        A damaged one skipped (``on_corrupt="fallback"``), the rest are read again: the
-        reply sent each value once, with the first item that needed it."""
-        thread_id, keys = thread
-        known, data = memory
-        payloads = Payloads(data)  # one per READ reply
-        queue = list(found)
-        while queue:
-            item = queue.pop(0)
-            try:
-                tup = self._load_item(serde, thread_id, item, payloads)
-            except CorruptCheckpointError as exc:
-                self._skip(exc)
-                if queue:
-                    refs = [later[0] for later in queue]
-                    queue = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
-                    payloads = Payloads(data)
-                continue
-            if tup is not None:
-                yield Emit(tup)
-                if budget.spend():
-                    return True
-        return False
-
     def _matching(
         self,
         thread_id: str,
@@ -247,117 +177,6 @@ class Reads(Registry):
             refs = [item[0] for item in found]
             found = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
         return found
-
-    def _list_all(
-        self,
-        serde: SerializerProtocol,
-        filter: dict[str, Any] | None,
-        below: str | None,
-        limit: int | None,
-    ) -> Stream:
-        """``list(None)``: a k-way merge of every registered thread's newest-first index,
-        the registry's count and every thread's indexes checked first (a merge of
-        damaged indexes would leave checkpoints out unnoticed)."""
-        yield from self.sweep()
-        threads = yield from self._checked_registry()
-        sources = [Source(thread_id, self.keys(thread_id)) for thread_id in threads]
-        for start in range(0, len(sources), SCAN):
-            chunk = sources[start : start + SCAN]
-            checks = tuple(Eval(lua.READ, s.keys, (-1, "r", 0, "refs")) for s in chunk)
-            for source, reply in zip(chunk, (yield Batch(checks)), strict=True):
-                self._checked(source.thread_id, reply)
-        top = b"(" + ordered(below) if below is not None else b"+"
-        budget = Budget(limit)
-        merge = Merge(sources, top, page=budget.page(filter))
-        yield from merge.start()
-        while merge.heap:
-            group = yield from merge.take(budget.page(filter))
-            for tup in (yield from self._load_group(serde, sources, group, filter)):
-                yield Emit(tup)
-                if budget.spend():
-                    return
-
-    def _load_group(
-        self,
-        serde: SerializerProtocol,
-        sources: list[Source],
-        group: list[tuple[int, bytes]],
-        filter: dict[str, Any] | None,
-    ) -> Op[list[CheckpointTuple]]:
-        """Load checkpoints of several threads (one script per thread), in ``group``'s
-        order; with a filter, records first and everything only for those that match.
-        A checkpoint deleted since the index was read is left out; a damaged one raises
-        (or is skipped and logged, ``on_corrupt="fallback"``)."""
-        wanted: dict[int, list[bytes]] = {}
-        for index, ref in group:
-            wanted.setdefault(index, []).append(ref)
-        if filter:
-            order = list(wanted)
-            replies = yield Batch(
-                tuple(
-                    Eval(lua.READ, sources[i].keys, (-1, "r", 0, "refs", *wanted[i])) for i in order
-                )
-            )
-            wanted = {}
-            for i, reply in zip(order, replies, strict=True):
-                thread_id = sources[i].thread_id
-                for item in self._checked(thread_id, reply):
-                    try:
-                        if item[4] or (item[1] and self._matches(thread_id, item, filter)):
-                            wanted.setdefault(i, []).append(item[0])
-                    except CorruptCheckpointError as exc:
-                        self._skip(exc)
-        loaded = yield from self._load_refs(sources, wanted)
-        found = []
-        payloads = {index: Payloads() for index in wanted}  # one per READ reply
-        dirty: set[int] = set()  # threads whose reply lost a damaged item's values
-        for index, ref in group:
-            if (index, ref) not in loaded:
-                continue
-            if index in dirty:  # it may lean on them: read it alone
-                loaded.update((yield from self._load_refs(sources, {index: [ref]})))
-                payloads[index] = Payloads()
-            try:
-                item = loaded[(index, ref)]
-                tup = self._load_item(serde, sources[index].thread_id, item, payloads[index])
-            except CorruptCheckpointError as exc:
-                self._skip(exc)
-                dirty.add(index)
-                continue
-            if tup is not None:
-                found.append(tup)
-        return found
-
-    def _load_refs(
-        self, sources: list[Source], wanted: dict[int, list[bytes]]
-    ) -> Op[dict[tuple[int, bytes], Item]]:
-        """The READ items (in full) of these refs of several threads, by (source, ref)."""
-        order = list(wanted)
-        calls = tuple(
-            Eval(lua.READ, sources[i].keys, (-1, "f", 0, "refs", *wanted[i])) for i in order
-        )
-        for _ in range(READ_ATTEMPTS):
-            if not calls:
-                return {}
-            replies = yield Batch(calls)
-            checked = [
-                self._checked(sources[i].thread_id, reply)
-                for i, reply in zip(order, replies, strict=True)
-            ]
-            chains = [
-                (sources[i].keys, value_chains(items))
-                for i, items in zip(order, checked, strict=True)
-            ]
-            if (yield from fill(chains)):
-                return {
-                    (i, item[0]): item
-                    for i, items in zip(order, checked, strict=True)
-                    for item in items
-                }
-        raise unstable()
-
-    def _matches(self, thread_id: str, item: Item, filter: dict[str, Any] | None) -> bool:
-        return not filter or matches(self._record(thread_id, item).metadata, filter)
 
     # -- DeltaChannel support ------------------------------------------------------------
 

@@ -10,9 +10,10 @@ local function part(s, pos)
   return string.sub(s, colon + 1, colon + n), colon + n + 1
 end
 
--- run part, referenced fields (loaded ones first), number loaded, parent id; nil for a
--- record whose header cannot be read (damaged: the reader reports it). A sealed record
--- (layout 2) starts with the byte 254 and 4 bytes of CRC, which Lua does not check.
+-- run part, referenced fields (loaded ones first), number loaded, parent id, and where
+-- the parts after the parent begin; nil for a record whose header cannot be read
+-- (damaged: the reader reports it). A sealed record (layout 2) starts with the byte 254
+-- and 4 bytes of CRC, which Lua does not check.
 local function header(rec)
   local pos = 1
   if string.byte(rec, 1) == 254 then pos = 6 end
@@ -29,9 +30,23 @@ local function header(rec)
     fields[i], pos = part(rec, pos)
     if not fields[i] then return nil end
   end
-  local parent = part(rec, pos)
+  local parent, after = part(rec, pos)
   if not parent then return nil end
-  return run, fields, nload, parent
+  return run, fields, nload, parent, after
+end
+
+-- the metadata JSON of a record (the part after its type and codec), false if it cannot
+-- be read. Unchecked (Lua checks no CRC): callers only use it to find the index entries
+-- of a checkpoint they deleted, which name that checkpoint whatever its metadata says.
+local function metadata_of(rec)
+  local _, _, _, _, pos = header(rec)
+  if not pos then return false end
+  local found
+  for _ = 1, 3 do
+    found, pos = part(rec, pos)
+    if not found then return false end
+  end
+  return found
 end
 
 -- an error reply naming a damaged field (hex: fields are binary)
@@ -203,12 +218,13 @@ local function bump(ids, refs, wix, live)
   end
 end
 
--- delete one checkpoint, its writes, and the values nothing references any more. A
--- record whose header cannot be read releases nothing: its values stay (counted too
--- high, which verify reports and repairs), rather than risk releasing the wrong ones.
+-- delete one checkpoint, its writes, and the values nothing references any more; returns
+-- its record (false: there was none). A record whose header cannot be read releases
+-- nothing: its values stay (counted too high, which verify reports and repairs), rather
+-- than risk releasing the wrong ones.
 local function drop(ref)
   local rec = redis.call('HGET', KEYS[3], ref)
-  if not rec then return 0 end
+  if not rec then return false end
   local run, fields = header(rec)
   if fields then release(fields) end
   if run and run ~= '' then redis.call('ZREM', KEYS[8], run .. ref) end
@@ -219,7 +235,14 @@ local function drop(ref)
   local wf = redis.call('ZRANGE', KEYS[7], '[' .. ref, '(' .. ref .. '\255', 'BYLEX')
   for i = 1, #wf do redis.call('HDEL', KEYS[6], wf[i]) end
   if #wf > 0 then redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. ref, '(' .. ref .. '\255') end
-  return 1
+  return rec
+end
+
+-- the reply of a deletion: each deleted checkpoint's ref, and its metadata JSON when
+-- `want` is '1' (else false), so the caller can remove its index entries
+local function deleted(out, ref, rec, want)
+  out[#out + 1] = ref
+  out[#out + 1] = want == '1' and metadata_of(rec)
 end
 
 -- The thread index (docs/redis.md): a sorted set z of members E(newest root checkpoint

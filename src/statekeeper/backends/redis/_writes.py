@@ -7,10 +7,15 @@ thread unlinks its keys, ``prune`` and ``delete_for_runs`` delete a batch of che
 script call, and ``copy_thread`` copies page by page into staging keys that one last
 script renames onto the target all at once, if the source's change stamp (see
 :mod:`statekeeper.backends.redis._lua`) shows that nothing changed it meanwhile.
+
+The indexes across threads (:mod:`statekeeper.backends.redis._index`) gain a put's
+entries in its script (standalone) or just before it (Cluster), a copy's before it is
+published; deletions remove entries after the data, a page at a time.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +27,9 @@ from statekeeper._storage.lineage import delta_channels, keep_latest_ids, walk_c
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
+from statekeeper.backends.redis._index.members import Declared, Entry, Index
+from statekeeper.backends.redis._index.scripts import ENTER
+from statekeeper.backends.redis._index.upkeep import metadata_of
 from statekeeper.backends.redis._integrity.records import Record, encode_value, encode_write
 from statekeeper.backends.redis._integrity.seal import (
     KINDS,
@@ -42,6 +50,7 @@ __all__ = ["Plans"]
 DELETE_BATCH = 100  # checkpoints deleted per script call
 COPY_TTL_MS = 3_600_000  # a staged copy left by a crashed process expires after an hour
 COPY_ATTEMPTS = 5  # copies of a source that changed while it was read, before giving up
+PLAN_ATTEMPTS = 10  # plans of a put or a copy's entries while metadata keys get declared
 _STAGE_ORDER = ("ids", "ns", "runs", "wix", "cp", "refs", "writes", "blobs")
 _ZSETS = {"ids", "ns", "runs", "wix"}
 
@@ -84,31 +93,61 @@ class Plans(Reads):
                 raise found from exc
             registry = None
 
-    def _write(
-        self, script: Any, thread_id: str, ttl: int, *args: Any, root: str | None = None
-    ) -> Op[Any]:
+    def _write(self, script: Any, thread_id: str, ttl: int, *args: Any) -> Op[Any]:
         """Run a write script that registers the thread: in the script on a standalone
-        server, just before it in a Cluster (the registry is in another slot there). A
-        ``PUT`` passes ``root``, the id of the root checkpoint it stores (else ``None``):
-        the thread index is updated with it the same way (its arguments 7 and 8)."""
+        server, just before it in a Cluster (the registry is in another slot there)."""
         keys = self.keys(thread_id)
-        put = script is lua.PUT
         if not self.cluster:
             extra = (self.score(), self.tag(thread_id))
-            registry: tuple[bytes, ...] = (self.registry, self.counter)
-            if put:
-                registry += (self.heads, self.head_of)
-                field = ordered(thread_id)
-                member = ordered(root) + field if root else b""
-                args = (*args[:3], member, field, *args[3:])
+            registry = (self.registry, self.counter)
             return (yield Eval(script, (*keys, *registry), (ttl, *extra, *args)))
-        before = [self.touch(thread_id)]
-        if put:  # before the script, like the registry: a reader checks it against it
-            args = (*args[:3], b"", b"", *args[3:])
-            if root is not None:
-                before.append(self.index("max", [(thread_id, root)]))
-        *_, reply = yield Batch((*before, Eval(script, keys, (ttl, "", "", *args))))
+        *_, reply = yield Batch((self.touch(thread_id), Eval(script, keys, (ttl, "", "", *args))))
         return reply
+
+    def _put(
+        self,
+        thread_id: str,
+        args: Sequence[Any],
+        root: str | None,
+        plan: tuple[bytes, list[tuple[Index, Entry]]],
+    ) -> Op[Any]:
+        """Run a ``PUT`` (``args``: ref, record, run, then the values): on a standalone
+        server it also registers the thread, updates the thread index with ``root`` (the
+        id of the root checkpoint it stores, else ``None``) and adds the index entries
+        ``plan`` holds (planned for its generation of the declared keys); in a Cluster
+        the ``ENTER`` script does that in the registry's slot just before, so an entry is
+        never missing for a stored checkpoint. The reply is ``b"indexes"`` (nothing
+        written) if a metadata key was declared since the plan."""
+        keys = self.keys(thread_id)
+        generation, entries = plan
+        sets = [key for index, _ in entries for key in (index.order, index.by_thread)]
+        members = [m for _, entry in entries for m in (entry.order, entry.by_thread)]
+        field = ordered(thread_id)
+        head = ordered(root) + field if root is not None else b""
+        ref, record, run, *values = args
+        if not self.cluster:
+            slot = (self.registry, self.counter, self.heads, self.head_of, self.across.indexed)
+            argv = (self.score(), self.tag(thread_id), ref, record, run, head, field, generation)
+            call = (*argv, len(members), *members, *values)
+            return (yield Eval(lua.PUT, (*keys, *slot, *sets), (self.ttl_ms, *call)))
+        slot = (self.registry, self.counter, self.heads, self.head_of, self.across.indexed)
+        enter = (self.score(), self.tag(thread_id), field, head, generation, *members)
+        if (yield Eval(ENTER, (*slot, *sets), enter)) != 1:
+            return b"indexes"
+        call = (self.ttl_ms, "", "", ref, record, run, b"", b"", b"", 0, *values)
+        return (yield Eval(lua.PUT, keys, call))
+
+    def _plan(self, prepared: PreparedPut, ref: bytes) -> tuple[bytes, list[tuple[Index, Entry]]]:
+        """The index entries of a checkpoint about to be put, for the declared keys as
+        this process last read them (with their generation: a put planned for an older
+        one is refused, and planned again). The metadata is read back from its canonical
+        JSON, as every reader of the index reads it."""
+        declared: Declared = self.declared
+        keys = list(declared.keys)
+        metadata = None
+        if any(key in prepared.metadata for key in keys):
+            metadata = json.loads(prepared.metadata_json)
+        return declared.generation, self.entries(prepared.thread_id, ref, metadata, keys)
 
     def put(self, serde: SerializerProtocol, prepared: PreparedPut) -> Op[None]:
         """Store a prepared checkpoint and its new values with one ``PUT`` script; the
@@ -142,17 +181,27 @@ class Plans(Reads):
         )
         head = (ref, record, run + ref if run else b"")
         root = prepared.checkpoint_id if not ns else None
-        stale = yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs, root=root)
-        if stale != 1:  # a delta's base changed since this process wrote it: send it whole
-            for index in stale:
+        fell_back: set[int] = set()
+        for _ in range(PLAN_ATTEMPTS):
+            reply = yield from self._put(
+                thread_id, (*head, *blobs), root, self._plan(prepared, ref)
+            )
+            if reply == 1:
+                break
+            if reply == b"indexes":  # a metadata key was declared: plan its entries too
+                yield from self.load_declared()
+                continue
+            for index in reply:  # a delta's base changed since this process wrote it
                 plan = planned[index - 1][1]
                 assert plan.fallback is not None
                 whole = encode_value(blobs[5 * index - 5], ens, plan.fallback)
-                blobs[5 * index - 4 : 5 * index - 1] = [whole, b"", b""]
-            yield from self._write(lua.PUT, thread_id, self.ttl_ms, *head, *blobs, root=root)
+                blobs[5 * index - 4 : 5 * index - 1] = [whole, b"", b""]  # send it whole
+                fell_back.add(index)
+        else:
+            raise _unsettled("store the checkpoint")
         for index, (key, plan) in planned.items():  # for the next version's delta
-            fell_back = stale != 1 and index + 1 in stale
-            self.written.remember(key, plan.remember_fallback if fell_back else plan.remember)
+            chosen = plan.remember_fallback if index + 1 in fell_back else plan.remember
+            self.written.remember(key, chosen)
 
     def put_writes(self, prepared: PreparedWrites) -> Op[None]:
         """Store prepared writes with one ``PUT_WRITES`` script (none when there are no
@@ -178,16 +227,19 @@ class Plans(Reads):
 
     def delete_threads(self, thread_ids: Sequence[str]) -> Op[None]:
         """Unlink every key of each thread and unregister it: one pipelined batch per
-        thread, whatever its size."""
+        thread, whatever its size; then remove its index entries, a page at a time."""
+        yield from self.load_declared()  # the entries of keys declared since are removed too
         for thread_id in thread_ids:
             delete = Eval(lua.DELETE_THREAD, self.keys(thread_id), ())
             unindex = self.index("del", [(thread_id, None)])
             yield Batch((delete, self.untouch(thread_id), unindex))
+            yield from self.unindex_thread(thread_id)
 
     def delete_runs(self, run_ids: Sequence[str]) -> Op[None]:
         """Probe every registered thread for these runs, and delete a batch of their
         checkpoints per script call where they are."""
         runs = [ordered(run_id) for run_id in run_ids]
+        want = b"1" if (yield from self.load_declared()).keys else b"0"
         threads = yield from self.registered(lenient=True)
         for start in range(0, len(threads), SCAN):
             keys = [self.keys(thread_id) for thread_id in threads[start : start + SCAN]]
@@ -201,9 +253,13 @@ class Plans(Reads):
             touched = []
             for i, thread_keys in enumerate(keys):
                 if any(probes[i * len(runs) : (i + 1) * len(runs)]):
-                    while (yield Eval(lua.DELETE_RUNS, thread_keys, (SCAN, *runs))) >= SCAN:
-                        pass
-                    touched.append(threads[start + i])
+                    thread_id = threads[start + i]
+                    while True:
+                        reply = yield Eval(lua.DELETE_RUNS, thread_keys, (SCAN, want, *runs))
+                        yield from self.unindex_deleted(thread_id, reply[1:])
+                        if reply[0] < SCAN:
+                            break
+                    touched.append(thread_id)
             if touched:  # their newest root checkpoints may be gone
                 yield from self.reindex(touched, "set")
 
@@ -231,15 +287,16 @@ class Plans(Reads):
             nonce = uuid.uuid4().hex
             base = f"{self.prefix}:{{{tag_of(target)}}}:copy:{nonce}:".encode()
             stage = {name: base + name.encode() for name in lua.THREAD_KEYS}
+            metadata: dict[bytes, Any] = {}  # of each staged record: the copy's index entries
             for name in _STAGE_ORDER:  # indexes before data: every copied entry finds its data
-                yield from self._stage(by_name[name], stage[name], name in _ZSETS)
+                seen = metadata.update if name == "cp" else None
+                yield from self._stage(by_name[name], stage[name], name in _ZSETS, seen)
             staged = tuple(stage[name] for name in lua.THREAD_KEYS)
             after, still = yield Batch((Cmd(("HGET", refs, lua.STAMP)), Cmd(("EXISTS", *skeys))))
             if after != stamp or still != present:  # changed (or expired) meanwhile
                 yield Cmd(("UNLINK", *staged))
                 continue
-            finish = Eval(lua.FINISH_COPY, (*staged, *tkeys, base + b"done"), (self.ttl_ms,))
-            _, done = yield Batch((self.touch(target), finish))
+            done = yield from self._publish(target, (*staged, *tkeys, base + b"done"), metadata)
             if done:
                 yield Cmd(("DEL", base + b"done"))  # it only had to outlive a retried call
                 yield from self.reindex([target], "max")
@@ -254,9 +311,35 @@ class Plans(Reads):
             "when no one is writing to it, pruning it or deleting its runs"
         )
 
+    def _publish(self, target: str, keys: tuple[bytes, ...], metadata: dict[bytes, Any]) -> Op[int]:
+        """Make a staged copy visible (``FINISH_COPY`` on ``keys``: the staging keys, the
+        target's, the done marker): first register the target and add its index entries
+        (from the staged records' ``metadata``), while the target's "copying" key tells
+        readers that these entries' data is on its way; on a standalone server the script
+        refuses if a metadata key was declared since, and the new key's entries are added
+        first. The script's reply: 1 done, 0 the target has data."""
+        copying = self.copying_key(target)
+        yield Batch((Cmd(("SET", copying, "1", "PX", COPY_TTL_MS)), self.touch(target)))
+        finish = (*keys, copying) + ((self.across.indexed,) if not self.cluster else ())
+        for _ in range(PLAN_ATTEMPTS):
+            declared: Declared = self.declared
+            names = list(declared.keys)
+            entries = [
+                e for ref, md in metadata.items() for e in self.entries(target, ref, md, names)
+            ]
+            if (yield from self.add(entries, declared.generation)):
+                done: int = yield Eval(lua.FINISH_COPY, finish, (self.ttl_ms, declared.generation))
+                if done != 2:
+                    return done
+            yield from self.load_declared()
+        raise _unsettled("publish the copy")
+
     @staticmethod
-    def _stage(key: bytes, into: bytes, zset: bool) -> Op[None]:
-        """Copy ``key`` into ``into`` page by page (the staging key expires if abandoned)."""
+    def _stage(
+        key: bytes, into: bytes, zset: bool, seen: Callable[[dict[bytes, Any]], None] | None = None
+    ) -> Op[None]:
+        """Copy ``key`` into ``into`` page by page (the staging key expires if abandoned);
+        ``seen`` gets the metadata of each record of a ``cp`` key copied."""
         cursor: Any = 0 if not zset else b"-"
         while True:
             if zset:
@@ -269,6 +352,8 @@ class Plans(Reads):
                 cursor, pairs = yield Cmd(("HSCAN", key, cursor, "COUNT", SCAN // 5))
                 write = [x for f, v in pairs.items() if f != lua.STAMP for x in (f, v)]
                 more = cursor != 0
+                if seen is not None:
+                    seen({f: metadata_of(f, v) for f, v in pairs.items() if f != lua.STAMP})
             if write:
                 command = "ZADD" if zset else "HSET"
                 yield Batch((Cmd((command, into, *write)), Cmd(("PEXPIRE", into, COPY_TTL_MS))))
@@ -277,6 +362,7 @@ class Plans(Reads):
 
     def keep_latest(self, thread_ids: Sequence[str]) -> Op[None]:
         """``prune(strategy="keep_latest")`` of each thread, in bounded batches."""
+        yield from self.load_declared()  # the entries of keys declared since are removed too
         for thread_id in thread_ids:
             yield from self._keep_latest(thread_id)
 
@@ -317,11 +403,21 @@ class Plans(Reads):
                 ns, checkpoint_id = self._place(thread_id, ref)  # a damaged member raises
                 if ns in newest and checkpoint_id < newest[ns] and checkpoint_id not in keep[ns]:
                     doomed.append(ref)
+            want = b"1" if self.declared.keys else b"0"
             for start in range(0, len(doomed), DELETE_BATCH):
-                yield Eval(lua.DELETE_REFS, keys, tuple(doomed[start : start + DELETE_BATCH]))
+                batch = doomed[start : start + DELETE_BATCH]
+                deleted = yield Eval(lua.DELETE_REFS, keys, (want, *batch))
+                yield from self.unindex_deleted(thread_id, deleted)
             if len(members) < SCAN:
                 return
             low = b"(" + members[-1]
+
+
+def _unsettled(what: str) -> StorageError:
+    return StorageError(
+        f"could not {what}: metadata indexes kept being declared meanwhile "
+        f"({PLAN_ATTEMPTS} attempts); try again"
+    )
 
 
 def _constant(

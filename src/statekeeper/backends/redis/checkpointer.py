@@ -35,20 +35,18 @@ from statekeeper.backends.redis._client import (
 )
 from statekeeper.backends.redis._integrity.seal import damaged_reply, wrong_type
 from statekeeper.backends.redis._integrity.verify import Verify
-from statekeeper.backends.redis._io import Batch, Cmd, Connection, Eval, Op
+from statekeeper.backends.redis._io import Cmd, Connection, Op
 from statekeeper.backends.redis._writes import Plans
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
-from statekeeper.checkpointers.semantics import MODES, ON_CORRUPT, check_choice
-from statekeeper.errors import (
-    ConfigurationError,
-    Damage,
-    ReadOnlyError,
-    SchemaVersionError,
-    StorageError,
-    StorageNotFoundError,
+from statekeeper.checkpointers.semantics import (
+    MODES,
+    ON_CORRUPT,
+    check_choice,
+    metadata_index_keys,
 )
+from statekeeper.errors import ConfigurationError, Damage, StorageError
 from statekeeper.urls import StorageURL, parse_options
 
 __all__ = ["RedisCheckpointer"]
@@ -72,6 +70,7 @@ _OPTIONS: dict[str, type] = {
     "mode": str,
     "on_corrupt": str,
     "async_io": str,
+    "index_metadata": str,  # comma-separated in a URL; a sequence as a keyword
 }
 
 
@@ -98,20 +97,25 @@ class RedisCheckpointer(Checkpointer):
             CorruptCheckpointError; ``"fallback"``: reads log a warning and skip it --
             ``get_tuple`` without an id serves the newest intact checkpoint, listings
             leave damaged ones out. A checkpoint asked for by id loads or raises.
+        index_metadata: metadata keys to index (a sequence, or comma-separated text as
+            a URL gives it), see :meth:`index_metadata`; ignored read-only.
 
     Guarantees: every write is checked in full before anything is sent
     (:class:`Checkpointer`); each ``put`` and ``put_writes`` is then one Lua script, so a
     reader never sees a checkpoint without its values and writes, and a put interrupted
     at any point is either entirely stored or not at all (a retried script is
     idempotent). ``delete_thread`` unlinks the thread's keys at once, whatever its size
-    (Redis frees them in the background); ``delete_for_runs`` visits every registered
-    thread (O(threads + deleted)); ``prune`` works in bounded batches, and checkpoints put
-    while it runs are newer, so they are kept. ``copy_thread`` becomes visible all at once
-    and is a snapshot of the source: if the source changes while it is read (its change
-    stamp moved, see docs/redis.md), the staged copy is discarded and the copy starts
-    again, up to 5 times, then raises StorageError, nothing copied. Payloads go through
-    ``serde`` only (never pickled); ids are encoded into keys, so no id can reach another
-    thread's keys or outside the prefix.
+    (Redis frees them in the background), then its index entries in batches;
+    ``delete_for_runs`` visits every registered thread (O(threads + deleted)); ``prune``
+    works in bounded batches, and checkpoints put while it runs are newer, so they are
+    kept. ``list(None)`` reads a page of the checkpoint index (and a filter on an indexed
+    metadata key a page of that key's index): O(page), whatever the number of threads.
+    ``copy_thread`` becomes visible all at once and is a snapshot of the source: if the
+    source changes while it is read (its change stamp moved, see docs/redis.md), the
+    staged copy is discarded and the copy starts again, up to 5 times, then raises
+    StorageError, nothing copied. Payloads go through ``serde`` only (never pickled);
+    ids are encoded into keys, so no id can reach another thread's keys or outside the
+    prefix.
     Integrity: every checkpoint record, value, delta and pending write is stored with a
     CRC-32 checked on read, and the indexes are checked against each other on every read
     of a thread, so damage -- altered or truncated bytes, deleted fields or keys, keys
@@ -137,7 +141,9 @@ class RedisCheckpointer(Checkpointer):
         serde: SerializerProtocol | None = None,
         compress: bool = True,
         on_corrupt: str = "raise",
+        index_metadata: str | Sequence[str] = (),
     ) -> None:
+        declared = metadata_index_keys(index_metadata)
         if not isinstance(options, RedisCheckpointerOptions):
             options = RedisCheckpointerOptions.extending(options)
         self.target = RedisTarget.for_component(url, options, "open_checkpointer()")
@@ -170,7 +176,8 @@ class RedisCheckpointer(Checkpointer):
         self._conn = Connection(self.target)
         self._claims = Claims(self._conn, self._plans, claim_ttl)
         try:
-            self._conn.run(self._check_layout())
+            keys = () if self.read_only else declared
+            self._conn.run(self._plans.open_layout(self.target.url, keys))
         except BaseException:
             self._conn.close()
             raise
@@ -183,50 +190,25 @@ class RedisCheckpointer(Checkpointer):
         redis_options, rest = RedisCheckpointerOptions.split(merged)
         return cls(url.raw.split("?", 1)[0], redis_options, **rest)
 
-    def _check_layout(self) -> Op[None]:
-        """Check the layout version; read-write, store it (or upgrade it). Read-only,
-        write nothing, and refuse a prefix where no checkpointer ever wrote."""
-        key = f"{self.prefix}:layout"
-        if self.read_only:
-            get, registered = Cmd(("GET", key)), Cmd(("EXISTS", self._plans.registry))
-            stored, threads = yield Batch((get, registered))
-            if stored is None and not threads:
-                raise StorageNotFoundError(
-                    f"no checkpoints under prefix {self.prefix!r} at {self.target.url}: "
-                    "nothing was ever stored there; check the prefix and the database "
-                    "number (opened read-only, nothing was created)"
-                )
-            indexed = stored is not None and not _older(stored)
-        else:
-            registry = (self._plans.registry, self._plans.counter)
-            try:
-                held = yield Cmd(("GET", key))
-                if _older(held):  # build the thread index before the layout says it is there
-                    threads = yield from self._plans.registered(lenient=True)
-                    yield from self._plans.reindex(threads, "max")
-                stored = yield Eval(lua.LAYOUT, (key.encode(),), (LAYOUT_VERSION,))
-                yield from _count_registry(registry)
-                indexed = True
-            except ReadOnlyError:  # a replica: reads work, and writes will say why they fail
-                stored = yield Cmd(("GET", key))
-                indexed = not _older(stored)
-        # keys of a layout before the thread index that could not be upgraded (opened
-        # read-only, or a replica): listing threads scans them
-        self._plans.indexed = indexed
-        if stored is None:
-            return
-        if not (stored.isascii() and stored.isdigit()):
-            raise SchemaVersionError(
-                f"the key {key!r} at {self.target.url} holds {stored.decode(errors='replace')!r}"
-                ", not a statekeeper layout version: it belongs to something else; "
-                "use another prefix"
-            )
-        if int(stored) > LAYOUT_VERSION:
-            raise SchemaVersionError(
-                f"the keys under prefix {self.prefix!r} at {self.target.url} use layout "
-                f"version {int(stored)}, newer than this statekeeper knows "
-                f"({LAYOUT_VERSION}); upgrade statekeeper"
-            )
+    def index_metadata(self, *keys: str) -> None:
+        """Index these top-level metadata keys (names of letters, digits and ``_``), so
+        that ``list(filter={key: value})`` -- of every thread or of one -- reads a page of
+        that value's checkpoints instead of every checkpoint, for a value that is not
+        ``None`` (a filter on ``None`` also matches a missing key: it is filtered as
+        before, as are keys not indexed; results are the same either way). Idempotent.
+        The keys are remembered under the prefix: every process writing to it keeps the
+        index from then on, declared or not. Building one reads every checkpoint once (a
+        crash part-way leaves it unused, and the next read-write opening builds it); each
+        later put adds two index entries per key. The option ``index_metadata`` (URL:
+        ``?index_metadata=user,tenant``) calls this on opening. See docs/redis.md.
+
+        Raises:
+            ConfigurationError: a key is not such a name.
+            ReadOnlyError: the checkpointer is open read-only.
+        """
+        checked = metadata_index_keys(keys)
+        self._writable("index_metadata")
+        self._conn.run(self._plans.declare(checked))
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -343,7 +325,8 @@ class RedisCheckpointer(Checkpointer):
 
     def forget_prefix(self) -> bool:
         """Delete the prefix's own keys (its layout version, its registry of threads and
-        the registry's count) once no thread is left under it, so a throwaway prefix
+        the registry's count, the thread index, the indexes across threads and the
+        declared metadata keys) once no thread is left under it, so a throwaway prefix
         (a demo's, a test's) leaves no key behind; ``False``, with nothing deleted,
         while a thread is. A writer that opens the prefix meanwhile stores the layout
         again. Delete the threads first (:meth:`delete_thread`).
@@ -352,8 +335,7 @@ class RedisCheckpointer(Checkpointer):
             ReadOnlyError: on a checkpointer opened read-only.
         """
         self._writable("forget the prefix")
-        registry = (self._plans.registry, self._plans.counter)
-        if not self._conn.run(_forget(registry)):
+        if not self._conn.run(self._plans.forget()):
             return False
         self._conn.run(_delete(f"{self.prefix}:layout".encode()))
         return True
@@ -439,22 +421,6 @@ class RedisCheckpointer(Checkpointer):
         return await self._arun(plan, _thread(config))
 
 
-def _older(stored: bytes | None) -> bool:
-    """Whether a layout key holds a version before the thread index (3); ``None``, an
-    empty prefix, or a key that is no version (refused later) is not."""
-    return stored is not None and stored.isascii() and stored.isdigit() and int(stored) < 3
-
-
-def _count_registry(registry: tuple[bytes, bytes]) -> Op[None]:
-    """Count the members of a layout-1 registry (none yet). A registry overwritten with
-    another type does not stop the opening: reading it says so (CorruptCheckpointError)."""
-    try:
-        yield Eval(lua.REGISTRY, registry, ("start",))
-    except StorageError as exc:
-        if not wrong_type(exc):
-            raise
-
-
 def _thread(config: RunnableConfig | None) -> str | None:
     """The thread id ``config`` names, if it names one as text (checked later)."""
     thread_id = (config or {}).get("configurable", {}).get("thread_id")
@@ -464,10 +430,6 @@ def _thread(config: RunnableConfig | None) -> str | None:
 def _many(threads: Sequence[str] | str | None) -> Sequence[str] | None:
     """One thread id, several, or ``None`` (any thread) as what ``explain`` takes."""
     return (threads,) if isinstance(threads, str) else threads
-
-
-def _forget(registry: tuple[bytes, bytes]) -> Op[bool]:
-    return bool((yield Eval(lua.FORGET_REGISTRY, registry, ())))
 
 
 def _delete(key: bytes) -> Op[None]:

@@ -15,6 +15,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered, split_ordered, untag
+from statekeeper.backends.redis._index.scripts import REGISTRY
 from statekeeper.backends.redis._integrity.audit import Audit, Fix, Snapshot
 from statekeeper.backends.redis._integrity.seal import (
     BACKEND,
@@ -60,7 +61,7 @@ class Verify:
                 reason = "a member of the registry of threads is no thread's tag"
                 found.append(Damage(reason, BACKEND, record="index", path=path(registry, member)))
         counted = (self.layout.registry, self.layout.counter)
-        members, count = yield Eval(lua.REGISTRY, counted, ("check",))
+        members, count = yield Eval(REGISTRY, counted, ("check",))
         if count is not None and int(count) != members:
             reason = (
                 f"the registry of threads lists {members} threads where {int(count)} were "
@@ -68,7 +69,7 @@ class Verify:
             )
             found.append(Damage(reason, BACKEND, record="index", path=path(registry)))
         if repair and (count is None or int(count) != members):
-            yield Eval(lua.REGISTRY, counted, ("reset",))
+            yield Eval(REGISTRY, counted, ("reset",))
         if threads and version is None:
             reason = "the layout version key is missing"
             found.append(Damage(reason, BACKEND, record="index", path=path(key)))
