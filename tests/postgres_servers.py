@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
+import threading
+import time
 import uuid
 from dataclasses import dataclass, field
+from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
 
 import psycopg
@@ -103,6 +107,96 @@ def drop_schema(base: str, schema: str) -> None:
         ).fetchall()
         for (name,) in names:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+class Relay:
+    """A TCP relay in front of the server of ``url``: the network between a client and
+    the real server, made slow on demand. It forwards every connection until
+    :meth:`hold`; after that, past the next ``passing`` ones, a connection is accepted and
+    left unanswered (the client waits in its handshake, as with a server slow to accept)
+    until the relay closes. ``accepted`` counts the connections made through it."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self._server = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)  # so the accepting thread sees close()
+        self.port: int = self._listener.getsockname()[1]
+        self.accepted = 0
+        self._passing: int | None = None  # None: every connection passes
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="relay").start()
+
+    def url(self, url: str) -> str:
+        """``url`` (same user, database and options) through the relay."""
+        parts = urlsplit(url)
+        user = parts.netloc.rpartition("@")[0]
+        return parts._replace(
+            netloc=f"{user}@127.0.0.1:{self.port}" if user else f"127.0.0.1:{self.port}"
+        ).geturl()
+
+    def hold(self, passing: int = 0) -> None:
+        """From now on, forward ``passing`` more connections and hold the others."""
+        with self._lock:
+            self._passing = passing
+
+    def wait_for(self, count: int, timeout: float = 30) -> None:
+        """Wait until ``count`` connections were made through the relay."""
+        deadline = time.monotonic() + timeout
+        while self.accepted < count:
+            assert time.monotonic() < deadline, f"{self.accepted} connections, not {count}"
+            time.sleep(0.01)
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with self._lock:
+                self.accepted += 1
+                self._sockets.append(client)
+                held = self._passing == 0
+                if self._passing:
+                    self._passing -= 1
+            if held:
+                continue
+            server = socket.create_connection(self._server)
+            with self._lock:
+                self._sockets.append(server)
+            for source, target in ((client, server), (server, client)):
+                threading.Thread(target=_pump, args=(source, target), daemon=True).start()
+
+    def close(self) -> None:
+        """Stop accepting, and end every connection (held or forwarded)."""
+        self._closed = True
+        self._listener.close()
+        with self._lock:
+            for each in self._sockets:
+                with contextlib.suppress(OSError):
+                    each.shutdown(socket.SHUT_RDWR)  # wakes the threads reading it
+                each.close()
+
+    def __enter__(self) -> Relay:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _pump(source: socket.socket, target: socket.socket) -> None:
+    """Copy what ``source`` sends to ``target`` until either side ends."""
+    with contextlib.suppress(OSError):
+        while data := source.recv(65536):
+            target.sendall(data)
+    with contextlib.suppress(OSError):
+        target.shutdown(socket.SHUT_WR)
 
 
 POSTGRES = PostgresServer()

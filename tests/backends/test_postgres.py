@@ -9,6 +9,8 @@ import asyncio
 import operator
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +19,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
+from statekeeper.backends.postgres._database import lock_key
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
@@ -26,7 +29,7 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 from statekeeper.memory.store import open_store
-from tests.postgres_servers import POSTGRES, connect
+from tests.postgres_servers import POSTGRES, Relay, connect
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,6 +153,31 @@ def test_a_schema_from_a_newer_statekeeper_is_refused_untouched(url: str) -> Non
         )
     with pytest.raises(SchemaVersionError, match="upgrade statekeeper"):
         open_checkpointer(url)
+
+
+def test_opening_waits_for_the_migration_lock_at_most_pool_timeout(url: str) -> None:
+    """A process stuck in the middle of migrating the schema (here: a session holding its
+    migration lock) makes opening fail after ``pool_timeout`` with a one-line error saying
+    what holds it up, instead of waiting for ever."""
+    with connect(url) as holder:
+        holder.execute("BEGIN")
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s)", (lock_key("statekeeper-migrate", _schema(url)),)
+        )
+        # ends the wait anyway after 20 s, so a wait without a bound fails this test
+        release = threading.Timer(20, holder.close)
+        release.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(StorageError, match="timed out waiting for a lock") as info:
+                open_checkpointer(url + "&pool_timeout=2")
+        finally:
+            release.cancel()
+        assert time.monotonic() - started < 15
+    assert "pg_locks" in str(info.value)
+    assert "\n" not in str(info.value)
+    with open_checkpointer(url + "&pool_timeout=2") as saver:  # once the lock is released
+        assert saver.get_tuple(_config("t")) is None
 
 
 # -- read-only -----------------------------------------------------------------------------
@@ -276,3 +304,93 @@ def test_the_async_api_works_from_one_event_loop_after_another(url: str) -> None
             {"n": 1},
             {"n": 2},
         ]
+
+
+def _in_threads(*calls: Any, timeout: float) -> None:
+    """Call each of ``calls`` in a thread of its own, at once; fail if one has not
+    returned within ``timeout`` seconds (its thread is left behind then), and re-raise
+    the first exception one raised."""
+    raised: list[BaseException] = []
+
+    def target(call: Any) -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+
+    threads = [threading.Thread(target=target, args=(call,), daemon=True) for call in calls]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), f"not returned after {timeout} s"
+    if raised:
+        raise raised[0]
+
+
+def test_an_event_loop_ends_while_its_asyncio_pool_is_still_connecting(url: str) -> None:
+    """``asyncio.run`` returns when its loop ends while the saver's asyncio pool is still
+    opening a connection (the server is slow to answer it: the relay holds it). The pool
+    is closed on its loop as the loop ends. Before, psycopg_pool's worker task swallowed
+    the cancellation the loop's end sent it, and ``asyncio.run`` waited for it forever
+    (the hang of ``pytest -n 2``: a test's event loop ending while its pool connected)."""
+    options = "&pool_min_size=2&pool_max_size=2"
+    with Relay(url) as relay, open_checkpointer(relay.url(url) + options) as saver:
+        relay.wait_for(2)  # the sync pool's connections
+        relay.hold(passing=1)  # the asyncio pool opens two: one gets through
+        _in_threads(lambda: asyncio.run(saver.aget_tuple(_config("t"))), timeout=30)
+        assert relay.accepted == 4  # so the other was still being opened at the end
+        assert saver.get_tuple(_config("t")) is None  # and the saver still works
+
+
+def test_event_loops_in_several_threads_each_keep_their_own_asyncio_pool(url: str) -> None:
+    """Threads each running an event loop use one saver's async API in turns: each loop
+    keeps its asyncio pool for the saver's life, whatever the other loops do. Before, a
+    loop's first call closed the pool of the loop before it, from the wrong thread and
+    under its calls, so every turn opened new connections (and leaked the pool's tasks)."""
+    loops, turns = 3, 10
+    barrier = threading.Barrier(loops)
+    with Relay(url) as relay, open_checkpointer(relay.url(url) + "&pool_max_size=2") as saver:
+
+        async def work(n: int) -> None:
+            for turn in range(turns):
+                config = {"configurable": {"thread_id": f"t{n}", "checkpoint_ns": ""}}
+                await saver.aput(config, _checkpoint(), {"turn": turn}, {})
+                found = await saver.aget_tuple(_config(f"t{n}"))
+                assert found is not None
+                assert found.metadata["turn"] == turn
+                barrier.wait(timeout=30)  # every loop has its turn before the next
+
+        _in_threads(*[lambda n=n: asyncio.run(work(n)) for n in range(loops)], timeout=60)
+        assert [len(list(saver.list(_config(f"t{n}")))) for n in range(loops)] == [turns] * 3
+        # the sync pool's connections and each loop's pool's: at most pool_max_size each
+        assert relay.accepted <= 2 * (1 + loops)
+
+
+def test_closing_the_saver_just_before_its_event_loop_ends_leaves_no_connection(
+    url: str,
+) -> None:
+    """``close()`` inside ``asyncio.run``, right before the loop ends (``async def main():
+    with open_checkpointer(...) as saver: ...``): the asyncio pool's connections are
+    closed, although the loop's end cancels the closing halfway. Before, they stayed open
+    until the garbage collector found them. (One pool size: a connection psycopg_pool is
+    still opening when the loop ends is dropped by it, and closed when collected.)"""
+    name = f"sk-close-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> None:
+        options = f"&application_name={name}&pool_min_size=1&pool_max_size=1"
+        with open_checkpointer(url + options) as saver:
+            await saver.aget_tuple(_config("t"))
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10  # the server sees a closed session end a moment later
+    with connect(url) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+            if row == (0,) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert row == (0,), f"{row} sessions of the closed saver are still open"

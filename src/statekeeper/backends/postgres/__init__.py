@@ -43,7 +43,8 @@ class Connection:
     ``retries``: how many times an operation that failed because the connection was
     lost is run again on a new connection (0: never). ``pool_check``: each connection
     is checked (one empty query) when it leaves the pool, so one the server dropped
-    while idle is replaced before it is used."""
+    while idle is replaced before it is used. ``pool_timeout``: seconds to wait for a
+    connection, and, when opening, for the schema's migration lock."""
 
     conninfo: str
     display: str  # the URL without its password, for messages

@@ -1,8 +1,8 @@
 """PostgreSQL plumbing shared by the checkpointer and the memory store.
 
-One :class:`Database` owns a ``psycopg_pool`` connection pool (and, on first async use,
-an asyncio pool beside it), creates and migrates its component's tables on open, and runs
-operations. Each operation is written once, as a generator that yields :class:`Q`
+One :class:`Database` owns a ``psycopg_pool`` connection pool (and an asyncio pool for each
+event loop that uses the async API), creates and migrates its component's tables on open,
+and runs operations. Each operation is written once, as a generator that yields :class:`Q`
 requests and receives their rows (:data:`Op`); :meth:`Database.run` executes it on a
 pooled connection, :meth:`Database.arun` on an asyncio one, so the sync and the async
 API never drift apart.
@@ -85,12 +85,13 @@ class Database:
     """The tables of one component (``"checkpoints"``, ``"memory"``) in one schema.
 
     Guarantees: opening creates the schema and migrates it to the newest version
-    idempotently, serialised between processes by a transaction-level advisory lock;
-    a schema written by a newer statekeeper is refused with
-    :class:`~statekeeper.errors.SchemaVersionError`. Read-only (``mode="ro"``): every
-    connection has ``default_transaction_read_only=on``, nothing is created, and a
-    missing schema raises :class:`~statekeeper.errors.StorageNotFoundError`.
-    """
+    idempotently, serialised between processes by a transaction-level advisory lock
+    (waited for at most ``pool_timeout``, then StorageError); a schema written by a newer
+    statekeeper is refused with :class:`~statekeeper.errors.SchemaVersionError`. Each
+    event loop has an asyncio pool of its own, closed on that loop as the loop ends (so
+    ``asyncio.run`` never waits for it). Read-only (``mode="ro"``): every connection has
+    ``default_transaction_read_only=on``, nothing is created, and a missing schema raises
+    :class:`~statekeeper.errors.StorageNotFoundError`."""
 
     def __init__(
         self, connection: Connection, *, component: str, migrations: Sequence[Migration]
@@ -101,9 +102,7 @@ class Database:
         self._migrations = tuple(sorted(migrations, key=lambda m: m.version))
         self._closed = False
         self._lock = threading.Lock()
-        self._apool: psycopg_pool.AsyncConnectionPool | None = None
-        self._apool_loop: asyncio.AbstractEventLoop | None = None
-        self._closing: asyncio.Task[None] | None = None  # an asyncio pool being closed
+        self._apools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}  # one per event loop
         kwargs: dict[str, Any] = {"autocommit": True}
         if connection.read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
@@ -204,8 +203,11 @@ class Database:
                 )
             return
         yield BEGIN
-        # The migration is one transaction: if a crash loses it, it runs again whole.
-        yield Q("SET LOCAL synchronous_commit = off", fetch="count")
+        # One transaction: if a crash loses it, it runs again whole. Its lock waits (another
+        # process migrating; DDL behind a long transaction, which queues every later use of
+        # the table behind it) end after pool_timeout.
+        ms = round(self.connection.pool_timeout * 1000)
+        yield Q(f"SET LOCAL synchronous_commit = off; SET LOCAL lock_timeout = {ms}", fetch="count")
         yield Q("SELECT pg_advisory_xact_lock(%s)", (lock_key("statekeeper-migrate", self.schema),))
         yield Q(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema), fetch="count")
         yield Q(
@@ -312,13 +314,11 @@ class Database:
         raise AssertionError("unreachable")
 
     async def _async_pool(self) -> psycopg_pool.AsyncConnectionPool:
+        """The running loop's asyncio pool, opened on first use (each loop has its own)."""
         loop = asyncio.get_running_loop()
-        if self._apool is not None and self._apool_loop is loop:
-            return self._apool
-        old, self._apool = self._apool, None
-        if old is not None:
-            # a pool of another (finished) event loop cannot be used here: drop it
-            self._close_async_pool(old)
+        found = self._apools.get(loop)
+        if found is not None and not found.pool.closed:
+            return found.pool
         c = self.connection
         pool = psycopg_pool.AsyncConnectionPool(
             c.conninfo,
@@ -331,24 +331,19 @@ class Database:
             open=False,
             name=f"statekeeper-{self.component}-async",
         )
-        await pool.open(wait=False)
-        self._apool, self._apool_loop = pool, loop
+        await pool.open(wait=False)  # does not wait: no other task of this loop ran since
+        made = _LoopPool(loop, pool, loop.create_task(_keep_open(pool), name=f"{pool.name}-keep"))
+        with self._lock:
+            # drop the pools whose loop ended, or that their loop's end closed already
+            ended = [k for k in self._apools.values() if k.loop.is_closed() or k.pool.closed]
+            for kept in ended:
+                del self._apools[kept.loop]
+            if not self._closed:
+                self._apools[loop] = made
+        for kept in ended if self._apools.get(loop) is made else [*ended, made]:
+            _release(kept)
+        self._check_open()
         return pool
-
-    def _close_async_pool(self, pool: psycopg_pool.AsyncConnectionPool) -> None:
-        """Close an asyncio pool: on its own loop when that is the running one, else (its
-        loop finished, or belongs to another thread) by closing its connections."""
-        loop = self._apool_loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is not None and loop is running:
-            self._closing = running.create_task(pool.close())
-            return
-        for conn in list(getattr(pool, "_pool", ())):
-            with contextlib.suppress(Exception):
-                conn.pgconn.finish()
 
     def read_only_error(self) -> ReadOnlyError:
         return ReadOnlyError(
@@ -366,6 +361,11 @@ class Database:
                 f"{self.connection.pool_timeout:g} s ({exc}); check that the server is up "
                 "and reachable, or raise pool_max_size / pool_timeout"
             )
+        if isinstance(exc, psycopg.errors.LockNotAvailable):
+            return StorageError(
+                f"timed out waiting for a lock in {self.display}: another session holds it (a"
+                " process migrating the schema, a long transaction); retry, or see pg_locks"
+            )
         if isinstance(exc, psycopg.OperationalError):
             done = (
                 "the write was rolled back, nothing of it was stored; retry it once the "
@@ -380,17 +380,54 @@ class Database:
         return StorageError(f"PostgreSQL error in {self.display}: {str(exc).strip()}")
 
     def close(self) -> None:
-        """Close the pools. Idempotent; later use raises StorageError."""
+        """Close the pools (asyncio ones on their loop). Idempotent; later use: StorageError."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            kept, self._apools = list(self._apools.values()), {}
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.close()
-        if self._apool is not None:
-            self._close_async_pool(self._apool)
-            self._apool = None
+        for each in kept:
+            _release(each)
+
+
+@dataclass(frozen=True)
+class _LoopPool:
+    """The asyncio pool of one event loop and the task on that loop that closes it."""
+
+    loop: asyncio.AbstractEventLoop
+    pool: psycopg_pool.AsyncConnectionPool
+    keeper: asyncio.Task[None]
+
+
+async def _keep_open(pool: psycopg_pool.AsyncConnectionPool) -> None:
+    """Keep ``pool`` open until this task is cancelled (by :func:`_release`, or by the
+    loop's end: ``asyncio.run`` cancels every task left and waits for them), then close it:
+    psycopg_pool's workers catch ``CancelledError``, and one cancelled while it connects
+    schedules a retry and waits for its next job, so the loop's end would wait forever.
+    ``close`` gives each worker its stop job before it first waits."""
+    try:
+        await asyncio.get_running_loop().create_future()  # done only by cancellation
+    finally:
+        _finish(pool)  # now: a second cancellation (the loop ending) may cut close short
+        await pool.close()
+
+
+def _release(kept: _LoopPool) -> None:
+    """Have ``kept`` closed on its loop (thread-safe), its idle connections here if stopped."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: its tasks are over
+        kept.loop.call_soon_threadsafe(kept.keeper.cancel)
+    if not kept.loop.is_running():
+        _finish(kept.pool)
+
+
+def _finish(pool: psycopg_pool.AsyncConnectionPool) -> None:
+    """Close the idle connections of ``pool`` without awaiting (``close`` skips them)."""
+    for conn in list(getattr(pool, "_pool", ())):
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()
 
 
 def _lost(exc: psycopg.OperationalError) -> bool:
