@@ -35,6 +35,7 @@ from statekeeper.backends.redis._layout import swap
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
+    ReadOnlyError,
     SchemaVersionError,
     SerializationError,
     StorageError,
@@ -1288,3 +1289,280 @@ def test_a_killed_workers_thread_is_resumed_by_another_process(url: str) -> None
             for stream in (proc.stdin, proc.stdout):
                 if stream is not None:
                     stream.close()
+
+
+# -- the checkpoint index and declared metadata indexes ---------------------------------------
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def any_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    made = REDIS.url(request.param)
+    yield made
+    REDIS.cleanup(made)
+
+
+def admin_of(url: str) -> Any:
+    """A plain client of the server (or Cluster) ``url`` names."""
+    return client_for(REDIS.prefixes[prefix_of(url)])
+
+
+def slot_key(url: str, name: str) -> str:
+    """A key of the registry's slot: ``checkpoints``, ``meta:user:by-thread``..."""
+    prefix = prefix_of(url)
+    return f"{prefix}:{{{prefix}:threads}}:{name}"
+
+
+def put_at(saver: Any, thread_id: str, ns: str = "", **metadata: Any) -> dict[str, Any]:
+    """One checkpoint (a fresh uuid6 id, one small value) in a thread's namespace."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    checkpoint = empty_checkpoint()
+    checkpoint["id"] = str(uuid6())
+    version = saver.get_next_version(None, None)
+    checkpoint["channel_values"] = {"v": metadata.get("step", 0)}
+    checkpoint["channel_versions"] = {"v": version}
+    config = cfg(thread_id, ns)
+    return saver.put(config, checkpoint, {"source": "loop", **metadata}, {"v": version})
+
+
+def place(t: Any) -> tuple[str, str, str]:
+    """(checkpoint id, thread id, namespace): what list(None) orders by, descending."""
+    c = t.config["configurable"]
+    return c["checkpoint_id"], c["thread_id"], c["checkpoint_ns"]
+
+
+def scanned(saver: Any, threads: Any) -> list[Any]:
+    """Every checkpoint of these threads, read thread by thread through each thread's own
+    indexes (nothing across threads), in list(None)'s order."""
+    found = [t for thread_id in threads for t in saver.list(_no_ns(thread_id))]
+    return sorted(found, key=place, reverse=True)
+
+
+def assert_lists_as_scanned(
+    saver: Any, threads: Any, filters: tuple[dict[str, Any], ...] = ()
+) -> None:
+    """list(None) -- whole, limited, paged with before=, filtered -- and each thread's
+    filtered listing equal a scan of the threads."""
+    from statekeeper.checkpointers.semantics import matches
+
+    expected = scanned(saver, threads)
+    assert [place(t) for t in saver.list(None)] == [place(t) for t in expected]
+    for limit in (1, 4):
+        assert [place(t) for t in saver.list(None, limit=limit)] == [
+            place(t) for t in expected[:limit]
+        ]
+    for below in {place(t)[0] for t in expected[1::3]}:
+        before = cfg("any", "", below)
+        older = [place(t) for t in expected if place(t)[0] < below]
+        assert [place(t) for t in saver.list(None, before=before, limit=3)] == older[:3]
+    for flt in filters:
+        wanted = [place(t) for t in expected if matches(t.metadata, flt)]
+        assert [place(t) for t in saver.list(None, filter=flt)] == wanted, flt
+        assert [place(t) for t in saver.list(None, filter=flt, limit=2)] == wanted[:2], flt
+        for thread_id in threads:
+            mine = [p for p in wanted if p[1] == thread_id]
+            assert [place(t) for t in saver.list(_no_ns(thread_id), filter=flt)] == mine
+            root = [p for p in mine if p[2] == ""]
+            assert [place(t) for t in saver.list(cfg(thread_id), filter=flt)] == root
+
+
+def index_sizes(url: str, *names: str) -> list[int]:
+    admin = admin_of(url)
+    return [admin.zcard(slot_key(url, name)) for name in names]
+
+
+INDEX_SETS = ("checkpoints", "checkpoints:by-thread", "meta:user", "meta:user:by-thread")
+THREADS = ["a", "b:c", "线程 🚀", "nul\x00x", "{t}"]
+FILTERS = ({"user": "u1"}, {"step": 2}, {"user": "u0", "step": 1}, {"user": "nobody"})
+
+
+def _history(saver: Any, threads: list[str]) -> None:
+    """Checkpoints in turns over the threads: namespaces, two runs, two users."""
+    for step in range(4):
+        for i, thread_id in enumerate(threads):
+            ns = "sub" if step == 2 else ""
+            put_at(saver, thread_id, ns, step=step, run_id=f"run-{step % 2}", user=f"u{i % 2}")
+
+
+def test_the_global_listing_equals_a_scan_through_every_change(any_url: str) -> None:
+    """list(None) and filtered listings read through the indexes give what reading every
+    thread gives, after puts, delete_thread, prune, delete_for_runs, copy_thread and TTL
+    expiry -- on a standalone server and on a Cluster -- and no entry is left behind."""
+    with open_checkpointer(any_url, index_metadata=["user"]) as saver:
+        threads = list(THREADS)
+        _history(saver, threads)
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        assert index_sizes(any_url, *INDEX_SETS) == [20] * 4
+
+        saver.delete_thread("b:c")
+        threads.remove("b:c")
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        saver.prune(["a"])  # the newest of each namespace stay
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        saver.delete_for_runs(["run-1"])
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        saver.copy_thread("线程 🚀", "copy")  # the same checkpoint ids in two threads
+        threads.append("copy")
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        stored = len(scanned(saver, threads))
+        assert index_sizes(any_url, *INDEX_SETS) == [stored] * 4
+
+    with open_checkpointer(any_url, ttl=0.4) as short:  # no index_metadata: kept anyway
+        for thread_id in ("brief-1", "brief-2"):
+            put_at(short, thread_id, step=9, user="u1")
+        assert_lists_as_scanned(short, [*threads, "brief-1", "brief-2"], FILTERS)
+        assert index_sizes(any_url, *INDEX_SETS) == [stored + 2] * 4
+    time.sleep(0.6)
+    with open_checkpointer(any_url) as saver:
+        assert_lists_as_scanned(saver, threads, FILTERS)  # the expired threads are gone
+        assert index_sizes(any_url, *INDEX_SETS) == [stored] * 4  # swept, entries too
+        assert saver.verify() == []
+
+
+def test_a_declared_key_lists_exactly_what_the_filter_equality_matches(url: str) -> None:
+    """Filters on declared keys read the key's index, which only pre-selects: every
+    case of the shared filter contract gives what an undeclared saver (a scan) gives,
+    across threads and within one; 1 and 1.0 share an entry, True does not."""
+    import re
+
+    from tests.checkpointers.test_contract import FILTER_CASES, FILTER_METADATA
+
+    names = {k for md in FILTER_METADATA.values() for k in md}
+    keys = sorted(k for k in names if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", k))
+    extra = [{"num": 1}, {"num": 1.0}, {"num": True}, {"num": "1"}, {"num": -0.0}, {"num": 0}]
+    with (
+        open_checkpointer(url, index_metadata=[*keys, "num"]) as indexed,
+        open_checkpointer(url + ".scan") as plain,
+    ):
+        assert set(indexed._plans.declared.keys) == {*keys, "num"}
+        for saver in (indexed, plain):
+            for i, metadata in enumerate([*FILTER_METADATA.values(), *extra]):
+                put_at(saver, f"t{i % 3}", "", step=i, **metadata)
+        cases = [flt for _, flt, _ in FILTER_CASES]
+        cases += [{"num": v} for v in (1, 1.0, True, "1", 0, 0.0, False, None, 2)]
+        for flt in cases:
+            for config in (None, _no_ns("t1"), cfg("t2")):
+                got = [t.metadata["step"] for t in indexed.list(config, filter=flt)]
+                want = [t.metadata["step"] for t in plain.list(config, filter=flt)]
+                assert got == want, (flt, config)
+                limited = [t.metadata["step"] for t in indexed.list(config, filter=flt, limit=1)]
+                assert limited == want[:1]
+        offset = len(FILTER_METADATA)
+        one, true = (
+            [t.metadata["step"] for t in indexed.list(None, filter={"num": v})] for v in (1, True)
+        )
+        assert one == [offset + 1, offset]  # 1 and 1.0 (one index entry's text: "1")
+        assert true == [offset + 2]
+
+
+def test_filters_on_keys_not_declared_still_scan(url: str) -> None:
+    with open_checkpointer(url, index_metadata=["user"]) as saver:
+        for i in range(6):
+            put_at(saver, f"t{i % 2}", step=i, user=f"u{i % 3}", kind=f"k{i % 2}")
+        assert [t.metadata["step"] for t in saver.list(None, filter={"kind": "k1"})] == [5, 3, 1]
+        both = {"kind": "k0", "user": "u1"}
+        assert [t.metadata["step"] for t in saver.list(None, filter=both)] == [4]
+        assert [t.metadata["step"] for t in saver.list(cfg("t1"), filter={"kind": "k1"})] == [
+            5,
+            3,
+            1,
+        ]
+        assert [t.metadata["step"] for t in saver.list(None, filter={"user": None})] == []
+
+
+def test_a_key_declared_later_is_built_and_kept_by_every_writer(any_url: str) -> None:
+    """A key declared on a prefix with checkpoints is built from them on a read-write
+    open; a writer opened before the declaration has its put refused by the changed
+    generation and planned again with the key; one opened later without the option keeps
+    the index too; a build cut short is finished by the next read-write open, and is not
+    read before."""
+    with open_checkpointer(any_url) as early:
+        for i in range(5):
+            put_at(early, f"t{i}", step=i, user=f"u{i % 2}")
+        assert index_sizes(any_url, "meta:user") == [0]
+        with open_checkpointer(f"{any_url}&index_metadata=user,tenant") as declaring:
+            assert declaring._plans.declared.keys == {"user": True, "tenant": True}
+            assert index_sizes(any_url, "meta:user", "meta:user:by-thread") == [5, 5]
+        put_at(early, "t9", step=9, user="u1")  # planned without the key: planned again
+        assert index_sizes(any_url, "meta:user") == [6]
+        assert early._plans.declared.keys == {"user": True, "tenant": True}
+    with open_checkpointer(any_url) as later:  # no option: the prefix remembers
+        put_at(later, "t8", step=8, user="u0", tenant="x")
+        assert index_sizes(any_url, "meta:user", "meta:tenant") == [7, 1]
+        assert [t.metadata["step"] for t in later.list(None, filter={"user": "u1"})] == [9, 3, 1]
+        assert later.verify() == []
+    admin = admin_of(any_url)
+    admin.hset(slot_key(any_url, "indexed"), "user", "0")  # a build cut short by a crash
+    admin.delete(slot_key(any_url, "meta:user"))
+    with open_checkpointer(f"{any_url}&mode=ro") as reader:  # not built: not read (a scan)
+        assert [t.metadata["step"] for t in reader.list(None, filter={"user": "u1"})] == [9, 3, 1]
+        assert reader.verify() == []  # a key being built is not checked
+    assert index_sizes(any_url, "meta:user") == [0]
+    with open_checkpointer(any_url) as saver:  # read-write: built now
+        assert admin.hget(slot_key(any_url, "indexed"), "user") == b"1"
+        assert index_sizes(any_url, "meta:user") == [7]
+        assert [t.metadata["step"] for t in saver.list(None, filter={"user": "u1"})] == [9, 3, 1]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [["1user"], ["user", "bad-key"], ["a" * 65], ["with space"], [""], "user,x.y", [7]],
+)
+def test_bad_metadata_key_names_are_refused(url: str, keys: Any) -> None:
+    with pytest.raises(ConfigurationError, match="index_metadata takes metadata keys"):
+        open_checkpointer(url, index_metadata=keys)
+    text = keys if isinstance(keys, str) else ",".join(map(str, keys))
+    if text and text.isascii() and " " not in text:
+        with pytest.raises(ConfigurationError, match="index_metadata takes metadata keys"):
+            open_checkpointer(f"{url}&index_metadata={text}")
+    with open_checkpointer(url) as saver:
+        with pytest.raises(ConfigurationError, match="index_metadata takes metadata keys"):
+            saver.index_metadata(*([keys] if isinstance(keys, str) else keys))
+        saver.index_metadata("user")  # a good one, on an open saver
+        assert saver._plans.declared.keys == {"user": True}
+    with open_checkpointer(f"{url}&mode=ro&index_metadata=tenant") as reader:  # ignored
+        assert reader._plans.declared.keys == {"user": True}
+        with pytest.raises(ReadOnlyError):
+            reader.index_metadata("tenant")
+
+
+def test_a_copy_enters_the_index_before_it_appears_and_readers_keep_its_entries(
+    any_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """copy_thread adds the target's entries, then publishes the copy; a read-write
+    listing that meets those entries in between (their data not there yet) keeps them."""
+    from statekeeper.backends.redis._writes import Plans
+
+    with (
+        open_checkpointer(any_url, index_metadata=["user"]) as saver,
+        open_checkpointer(any_url) as reader,
+    ):
+        for step in range(3):
+            put_at(saver, "src", step=step, user="u1")
+        seen: list[list[Any]] = []
+        original = Plans.add
+
+        def add_then_read(self: Any, entries: Any, generation: Any) -> Any:
+            done = yield from original(self, entries, generation)
+            seen.append([place(t) for t in reader.list(None)])  # the copy is not there yet
+            seen.append([place(t) for t in reader.list(None, filter={"user": "u1"})])
+            return done
+
+        monkeypatch.setattr(Plans, "add", add_then_read)
+        saver.copy_thread("src", "dst")
+        monkeypatch.undo()
+        assert seen
+        assert all({p[1] for p in listed} == {"src"} for listed in seen)
+        assert_lists_as_scanned(saver, ["src", "dst"], ({"user": "u1"},))
+        assert index_sizes(any_url, *INDEX_SETS) == [6] * 4
+        assert saver.verify() == []
+
+
+def test_forget_prefix_forgets_the_indexes_and_the_declared_keys(url: str) -> None:
+    with open_checkpointer(url, index_metadata=["user"]) as saver:
+        put_at(saver, "t", user="u")
+        assert saver.forget_prefix() is False
+        saver.delete_thread("t")
+        admin_of(url).zadd(slot_key(url, "checkpoints"), {b"stale": 0})  # left by a crash
+        assert saver.forget_prefix() is True
+    assert keys_of(admin_of(url), prefix_of(url)) == set()

@@ -10,9 +10,11 @@ The damage is done with a plain client to the keys ``docs/redis.md`` lays out
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import operator
 import random
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any, TypedDict
@@ -20,7 +22,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from statekeeper.backends.redis._client import pack
+from statekeeper.backends.redis._client import ordered, pack
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.checkpointers.heads import scan_heads
 from statekeeper.errors import (
@@ -29,7 +31,21 @@ from statekeeper.errors import (
     SerializationError,
     StorageError,
 )
-from tests.backends.test_redis import cfg, prefix_of, thread_key
+from tests.backends.test_redis import (
+    INDEX_SETS,
+    THREAD_KEYS,
+    _no_ns,
+    admin_of,
+    assert_lists_as_scanned,
+    cfg,
+    index_sizes,
+    place,
+    prefix_of,
+    put_at,
+    scanned,
+    slot_key,
+    thread_key,
+)
 from tests.redis_servers import REDIS, client_for
 
 THREAD = "chat-1"
@@ -580,3 +596,147 @@ def test_every_single_bit_flip_and_every_truncation_of_a_stored_record_is_refuse
                     checks[name](field, bytes(damaged))
             with pytest.raises(Bad):
                 checks[name](field, data[:at])
+
+
+# -- the indexes across threads: stale entries, missing ones, layout 3 ------------------------
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+def any_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    made = REDIS.url(request.param)
+    yield made
+    REDIS.cleanup(made)
+
+
+FILTERS = ({"user": "u1"}, {"user": "u0", "step": 1}, {"step": 2})
+
+
+def _indexed_history(url: str) -> list[str]:
+    threads = ["a", "b", "c", "线程"]
+    with open_checkpointer(url, index_metadata=["user"]) as saver:
+        for step in range(3):
+            for i, thread_id in enumerate(threads):
+                put_at(saver, thread_id, "sub" if step == 1 else "", step=step, user=f"u{i % 2}")
+    return threads
+
+
+def _entries(thread_id: str, checkpoint_id: str, ns: str = "", user: str | None = None) -> dict:
+    """The members a checkpoint has in each index set, by set name (docs/redis.md)."""
+    c, t, n = ordered(checkpoint_id), ordered(thread_id), ordered(ns)
+    found = {"checkpoints": c + t + n, "checkpoints:by-thread": t + c + n}
+    if user is not None:
+        v = ordered(json.dumps(user))
+        found |= {"meta:user": v + c + t + n, "meta:user:by-thread": t + v + c + n}
+    return found
+
+
+def _add(url: str, members: dict[str, bytes]) -> None:
+    admin = admin_of(url)
+    for name, member in members.items():
+        admin.zadd(slot_key(url, name), {member: 0})
+
+
+def test_stale_entries_never_change_an_answer_and_are_cleaned(any_url: str) -> None:
+    """Entries naming checkpoints that are not there -- a put killed before its script, a
+    deletion killed after the data went, a thread whose keys expired -- are left out of
+    every listing and are no damage; a read-only reader changes nothing, a read-write one
+    removes those no stored checkpoint can still need (all of them on a standalone
+    server; in a Cluster those of threads gone, as a put under way elsewhere cannot be
+    told apart), and verify(repair=True) the rest."""
+    from langgraph.checkpoint.base.id import uuid6
+
+    threads = _indexed_history(any_url)
+    admin = admin_of(any_url)
+    never = str(uuid6())  # a put killed before its script: its entries only
+    _add(any_url, _entries("a", never, user="u1"))
+    _add(any_url, _entries("ghost", never, user="u1"))
+    with open_checkpointer(any_url) as saver:  # a deletion killed after the data went
+        stored_b = [place(t) for t in saver.list(_no_ns("b"))]
+        admin.delete(*(thread_key(saver, "b", name) for name in THREAD_KEYS))
+        admin.zrem(f"{saver.prefix}:threads", "b")  # (delete_thread's first step...)
+        admin.decr(slot_key(any_url, "count"))
+        admin.zrem(slot_key(any_url, "heads"), admin.hget(slot_key(any_url, "head"), ordered("b")))
+        admin.hdel(slot_key(any_url, "head"), ordered("b"))
+    with open_checkpointer(any_url, ttl=0.3) as short:  # keys that expire
+        put_at(short, "brief", step=7, user="u1")
+    time.sleep(0.5)
+    threads.remove("b")
+    sizes = index_sizes(any_url, *INDEX_SETS)
+    assert sizes[0] == 3 * 4 + 2 + 1
+    assert len(stored_b) == 3
+
+    with open_checkpointer(f"{any_url}&mode=ro") as reader:
+        assert_lists_as_scanned(reader, threads, FILTERS)
+        # stale entries are no damage (the thread index's entry of the expired thread
+        # is, on a standalone server to a verify without a ttl, until a sweep removes it)
+        assert {d.path for d in reader.verify()} <= {slot_key(any_url, "heads")}
+    assert index_sizes(any_url, *INDEX_SETS) == sizes  # read-only: nothing removed
+
+    with open_checkpointer(any_url) as saver:
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        left = index_sizes(any_url, *INDEX_SETS)
+        if saver._plans.cluster:  # only the entries of the killed put on "a" are left
+            assert left == [9 + 1] * 4
+        else:
+            assert left == [9] * 4
+        assert saver.verify(repair=True) == []
+        assert index_sizes(any_url, *INDEX_SETS) == [9] * 4
+        assert_lists_as_scanned(saver, threads, FILTERS)
+
+
+def test_a_missing_or_damaged_entry_is_reported_and_repaired(
+    any_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    threads = _indexed_history(any_url)
+    admin = admin_of(any_url)
+    with open_checkpointer(any_url) as saver:
+        expected = scanned(saver, threads)
+        victims = {}
+        for name, t in zip(INDEX_SETS, expected[::3], strict=False):
+            checkpoint_id, thread_id, ns = place(t)
+            member = _entries(thread_id, checkpoint_id, ns, t.metadata["user"])[name]
+            assert admin.zrem(slot_key(any_url, name), member) == 1
+            victims[checkpoint_id] = name
+        admin.zadd(slot_key(any_url, "checkpoints"), {b"no entry": 0})
+        with caplog.at_level(logging.WARNING):
+            listed = list(saver.list(None))  # a damaged member never stops a listing
+        assert len(listed) == len(expected) - 1  # the one missing from the checkpoint index
+        assert "no checkpoint entry" in caplog.text
+
+        found = saver.verify()
+        missing = [d for d in found if d.checkpoint_id is not None]
+        assert {d.checkpoint_id for d in missing} == set(victims)
+        assert all(d.record == "index" and d.reason.endswith("is missing") for d in missing)
+        assert [d.path for d in found if d.checkpoint_id is None] == [
+            slot_key(any_url, "checkpoints") + ":no entry"
+        ]
+        repaired = saver.verify(repair=True)
+        assert sorted(d.path for d in repaired) == sorted(d.path for d in found)
+        assert saver.verify() == []
+        assert index_sizes(any_url, *INDEX_SETS) == [12, 12, 12, 12]
+        assert_lists_as_scanned(saver, threads, FILTERS)
+
+
+def test_layout_3_keys_are_merged_read_only_and_indexed_on_a_read_write_open(
+    any_url: str,
+) -> None:
+    threads = _indexed_history(any_url)
+    admin = admin_of(any_url)
+    with open_checkpointer(any_url) as saver:
+        expected = [place(t) for t in scanned(saver, threads)]
+    # what layout 3 stored: no index across threads, no declared keys
+    admin.delete(*(slot_key(any_url, name) for name in (*INDEX_SETS, "indexed")))
+    admin.set(f"{prefix_of(any_url)}:layout", "3")
+    with open_checkpointer(f"{any_url}&mode=ro") as reader:
+        assert [place(t) for t in reader.list(None)] == expected  # every thread merged
+        assert_lists_as_scanned(reader, threads, FILTERS)
+        assert [h.thread_id for h in reader.thread_heads(limit=10)] == threads[::-1]
+        assert reader.verify() == []
+    assert index_sizes(any_url, *INDEX_SETS) == [0, 0, 0, 0]
+    assert admin.get(f"{prefix_of(any_url)}:layout") == b"3"
+    with open_checkpointer(any_url, index_metadata=["user"]) as saver:  # upgraded, built
+        assert admin.get(f"{prefix_of(any_url)}:layout") == b"4"
+        assert index_sizes(any_url, *INDEX_SETS) == [12, 12, 12, 12]
+        assert [place(t) for t in saver.list(None)] == expected
+        assert_lists_as_scanned(saver, threads, FILTERS)
+        assert saver.verify() == []

@@ -20,6 +20,7 @@ several threads' checkpoints loaded at once.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator, Sequence
 from typing import Any, cast
 
@@ -37,7 +38,7 @@ from statekeeper.backends.redis._io import Batch, Call, Cmd, Emit, Eval, Op, Str
 from statekeeper.backends.redis._layout import Item, unstable, value_chains
 from statekeeper.backends.redis._listing import SCAN, Budget, Merge, Source, fill
 from statekeeper.checkpointers.semantics import matches
-from statekeeper.errors import CorruptCheckpointError
+from statekeeper.errors import CorruptCheckpointError, ReadOnlyError
 
 __all__ = ["READ_ATTEMPTS", "Listings"]
 
@@ -204,7 +205,8 @@ class Listings(Upkeep):
         by_thread: dict[str, list[Entry]] = {}
         for entry, thread_id in stale:
             by_thread.setdefault(thread_id, []).append(entry)
-        yield Batch(tuple(self.unindex(index, t, e, True) for t, e in by_thread.items()))
+        with contextlib.suppress(ReadOnlyError):  # a replica opened read-write: they stay
+            yield Batch(tuple(self.unindex(index, t, e, True) for t, e in by_thread.items()))
 
     # -- one thread, filtered through a metadata index -------------------------------------
 

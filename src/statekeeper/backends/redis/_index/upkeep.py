@@ -18,6 +18,7 @@ Operations are sans-IO generators (:mod:`.._io`), run by the checkpointer's clie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -146,9 +147,14 @@ class Upkeep(Registry):
         """Forget threads whose keys have all expired: their index entries first (at most
         SWEEP_ENTRIES per call: a thread whose entries are not all gone stays registered,
         and the next sweep goes on), then their registry entries (if no writer touched
-        them meanwhile) and thread index entries. Read-only, nothing."""
+        them meanwhile) and thread index entries. Read-only, nothing; on a replica opened
+        read-write, nothing either (the read that sweeps goes on)."""
         if self.read_only:
             return
+        with contextlib.suppress(ReadOnlyError):
+            yield from self._sweep()
+
+    def _sweep(self) -> Op[None]:
         now = f"{time.time() * 1000:.0f}"
         flat = yield Eval(EXPIRED, (self.registry,), (now, SCAN))
         pairs = [(m, s) for m, s in zip(flat[::2], flat[1::2], strict=True) if is_tag(m)]

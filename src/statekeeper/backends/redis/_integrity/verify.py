@@ -16,7 +16,9 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._client import ordered, split_ordered, untag
 from statekeeper.backends.redis._index.scripts import REGISTRY
+from statekeeper.backends.redis._index.upkeep import Upkeep
 from statekeeper.backends.redis._integrity.audit import Audit, Fix, Snapshot
+from statekeeper.backends.redis._integrity.indexes import IndexAudit
 from statekeeper.backends.redis._integrity.seal import (
     BACKEND,
     KEY_TYPES,
@@ -26,7 +28,7 @@ from statekeeper.backends.redis._integrity.seal import (
     path,
 )
 from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
-from statekeeper.backends.redis._layout import END, Layout
+from statekeeper.backends.redis._layout import END
 from statekeeper.backends.redis._listing import read_roots
 from statekeeper.errors import Damage, StorageError
 
@@ -40,9 +42,10 @@ REPAIR_ARGS = 1000  # arguments per REPAIR script call
 class Verify:
     """One ``verify()`` run over a checkpointer's layout (see the module docstring)."""
 
-    def __init__(self, layout: Layout, serde: SerializerProtocol) -> None:
+    def __init__(self, layout: Upkeep, serde: SerializerProtocol) -> None:
         self.layout = layout
         self.serde = serde
+        self.across: IndexAudit | None = None  # the indexes across threads (layout 4)
 
     def everything(self, *, repair: bool) -> Op[list[Damage]]:
         """The damage of the registry and of every registered thread, repaired as far
@@ -75,10 +78,15 @@ class Verify:
             found.append(Damage(reason, BACKEND, record="index", path=path(key)))
             if repair:
                 yield Cmd(("SET", key, lua.LAYOUT_VERSION, "NX"))
+        if self.layout.listed:  # (keys of an older layout, read-only, have none)
+            self.across = IndexAudit(self.layout, repair=repair)
+            found += yield from self.across.start()
         for thread_id in threads:
             found += yield from self.thread(thread_id, repair=repair)
         if self.layout.indexed:  # (keys of an older layout, read-only, have no index)
             found += yield from self.thread_index(threads, repair=repair)
+        if self.across is not None:
+            found += yield from self.across.walk()
         return found
 
     def thread_index(self, threads: list[str], *, repair: bool) -> Op[list[Damage]]:
@@ -194,6 +202,8 @@ class Verify:
             ]
             audit = Audit(self.serde, thread_id, keys, snap).run()
             found += audit.found
+            if self.across is not None:
+                found += yield from self.across.thread(thread_id, snap, audit)
             if (
                 repair
                 and not wrong
