@@ -277,6 +277,49 @@ def open_round_trip_floor(_path: Path) -> Iterator[Store]:
         saver.close()
 
 
+class CommitFloor(InMemorySaver):
+    """``InMemorySaver`` plus one SQLite transaction per ``put`` and ``put_writes`` (an
+    ``INSERT`` of the checkpoint or task id, then ``COMMIT``), on a database set up as
+    statekeeper's (WAL, ``synchronous=NORMAL``): what a durable embedded write costs
+    before any storage logic, the floor under statekeeper's SQLite row."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute("PRAGMA synchronous = NORMAL")
+        self._conn.execute("CREATE TABLE log (id INTEGER PRIMARY KEY, what TEXT NOT NULL)")
+        self._lock = threading.Lock()  # one connection; LangGraph writes from its threads
+
+    def _commit(self, what: str) -> None:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.execute("INSERT INTO log (what) VALUES (?)", (what,))
+            self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def put(self, config: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
+        self._commit(checkpoint["id"])
+        return super().put(config, checkpoint, *args, **kwargs)
+
+    def put_writes(self, config: Any, writes: Any, task_id: str, *args: Any, **kw: Any) -> None:
+        self._commit(task_id)
+        super().put_writes(config, writes, task_id, *args, **kw)
+
+
+@contextmanager
+def open_commit_floor(path: Path) -> Iterator[Store]:
+    """See :class:`CommitFloor`; its bytes are left out (it stores what ``InMemorySaver``
+    does, and a log of ids)."""
+    saver = CommitFloor(path)
+    try:
+        yield Store(saver, lambda: None)
+    finally:
+        saver.close()
+
+
 @dataclass(frozen=True)
 class Backend:
     key: str  # for --savers
@@ -290,6 +333,7 @@ BACKENDS = [
     Backend("sqlite", "LangGraph SqliteSaver", open_langgraph_sqlite, langgraph=True),
     Backend("postgres", "LangGraph PostgresSaver", open_langgraph_postgres, langgraph=True),
     Backend("floor", "loopback floor (InMemorySaver + 1 PING per call)", open_round_trip_floor),
+    Backend("commit", "SQLite floor (InMemorySaver + 1 commit per write)", open_commit_floor),
     Backend("ours", "statekeeper SqliteCheckpointer", open_ours),
     Backend("file", "statekeeper FileCheckpointer", open_ours_file),
     Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis),

@@ -289,6 +289,25 @@ class RecentPayloads:
             if old is not None:
                 self._size -= old.size
 
+    def adopt(self, key: Hashable, data: bytes, value: Any) -> None:
+        """Learn the elements a read decoded: when ``data`` is the very payload object
+        remembered under ``key`` (the read was served from this memory, so ``value``
+        was decoded from exactly these bytes), remember ``value``'s elements, so that a
+        put of a list built around them (LangGraph's next step, after ``get_tuple``)
+        serialises only what it appends. Anything else leaves the memory as it is."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None or entry._data is not data or type(value) is not list:
+            return
+        elements = _snapshot(value)
+        if elements is None or len(elements) != entry.count:
+            return
+        adopted = Remembered(entry.path, entry.pieces, entry.body_crc, elements, entry.size)
+        adopted._data = data
+        with self._lock:
+            if self._entries.get(key) is entry:  # not replaced meanwhile
+                self._entries[key] = adopted
+
 
 @dataclass(frozen=True, slots=True)
 class StoredValue:
@@ -307,32 +326,46 @@ class StoredValue:
 class PlannedValue:
     """A value about to be stored. When ``stored`` is a delta, the writer must check, in
     the write transaction, that its base still has ``base_crc`` — else store
-    :attr:`fallback` (the full copy, built only when asked for). After the write, remember
-    ``remember`` (or ``remember_fallback``)."""
+    :attr:`fallback`, the full copy. After the write, remember ``remember`` (or
+    :attr:`remember_fallback`). Both fallbacks are built only when asked for: a delta
+    whose base changed is rare, and building them costs a pass over the whole value."""
 
-    __slots__ = ("_fallback", "_whole", "base_crc", "remember", "remember_fallback", "stored")
+    __slots__ = ("_made", "_whole", "base_crc", "remember", "stored")
 
     def __init__(
         self,
         stored: StoredValue,
-        whole: Callable[[], StoredValue] | None = None,
+        whole: Callable[[], tuple[StoredValue, Remembered | None]] | None = None,
         base_crc: int | None = None,
         remember: Remembered | None = None,
-        remember_fallback: Remembered | None = None,
     ) -> None:
         self.stored = stored
-        self._whole = whole
-        self._fallback: StoredValue | None = None
+        self._whole = whole  # the full copy and what to remember when it is stored
+        self._made: tuple[StoredValue, Remembered | None] | None = None
         self.base_crc = base_crc
         self.remember = remember
-        self.remember_fallback = remember_fallback
+
+    @classmethod
+    def whole(cls, stored: StoredValue, remember: Remembered | None = None) -> PlannedValue:
+        """A value stored whole (no base to check): its fallback is itself."""
+        return cls(stored, lambda: (stored, remember), None, remember)
+
+    def _fallbacks(self) -> tuple[StoredValue, Remembered | None] | None:
+        if self._made is None and self._whole is not None:
+            self._made = self._whole()
+        return self._made
 
     @property
     def fallback(self) -> StoredValue | None:
         """The full copy to store instead of a delta whose base changed."""
-        if self._fallback is None and self._whole is not None:
-            self._fallback = self._whole()
-        return self._fallback
+        made = self._fallbacks()
+        return None if made is None else made[0]
+
+    @property
+    def remember_fallback(self) -> Remembered | None:
+        """What to remember once :attr:`fallback` was stored instead."""
+        made = self._fallbacks()
+        return None if made is None else made[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,25 +401,27 @@ class ValuePlanner:
         type_, raw = dumps(serde, value)
         checksum = crc(raw)
         is_array = type_ == "msgpack" and _array_header_length(raw) is not None
-        codec, data = pack(raw, compress=self.compress)
-        full = StoredValue(channel, version, type_, codec, data, crc=checksum)
-        if not is_array:
-            ensure_exact(value, type_, raw)
-            check_extensions(value, type_, raw)
-            return PlannedValue(full)
-        whole = Remembered.whole(version, raw, checksum, value)
-        if previous is not None and (delta := append_delta(previous.data, raw)) is not None:
-            # The base's elements were checked when it was written: check the new ones.
-            old = previous.count
-            added = value[old:] if isinstance(value, list) else value
-            piece = delta[1 + delta[0] :]
-            ensure_exact(added, type_, piece)
-            check_extensions(added, type_, piece, elements=_element_count(raw) - old)
-            grown = previous.extended(version, piece, _element_count(raw), value)
-            return self._delta(channel, type_, grown, lambda: full, whole)
+
+        def whole() -> tuple[StoredValue, Remembered | None]:
+            codec, data = pack(raw, compress=self.compress)
+            full = StoredValue(channel, version, type_, codec, data, crc=checksum)
+            return full, Remembered.whole(version, raw, checksum, value) if is_array else None
+
+        if is_array and previous is not None:
+            delta = append_delta(previous.data, raw)
+            if delta is not None:
+                # The base's elements were checked when it was written: check the new ones.
+                old = previous.count
+                added = value[old:] if isinstance(value, list) else value
+                piece = delta[1 + delta[0] :]
+                ensure_exact(added, type_, piece)
+                check_extensions(added, type_, piece, elements=_element_count(raw) - old)
+                grown = previous.extended(version, piece, _element_count(raw), value)
+                return self._delta(channel, type_, grown, whole)
         ensure_exact(value, type_, raw)
         check_extensions(value, type_, raw)
-        return PlannedValue(full, remember=whole, remember_fallback=whole)
+        full, remembered = whole()
+        return PlannedValue.whole(full, remembered)
 
     def _plan_appended(
         self,
@@ -414,25 +449,25 @@ class ValuePlanner:
         check_extensions(added, type_, piece, elements=len(added))
         grown = previous.extended(version, piece, len(value), value, len(known))
 
-        def whole() -> StoredValue:
+        def whole() -> tuple[StoredValue, Remembered | None]:
             codec, data = pack(grown.data, compress=self.compress)
-            return StoredValue(channel, version, type_, codec, data, crc=grown.crc)
+            full = StoredValue(channel, version, type_, codec, data, crc=grown.crc)
+            return full, grown.rooted()
 
-        return self._delta(channel, type_, grown, whole, grown.rooted())
+        return self._delta(channel, type_, grown, whole)
 
     def _delta(
         self,
         channel: str,
         type_: str,
         grown: Remembered,
-        whole: Callable[[], StoredValue],
-        rooted: Remembered,
+        whole: Callable[[], tuple[StoredValue, Remembered | None]],
     ) -> PlannedValue:
         base, delta = grown.delta()
         codec, data = pack(delta, compress=self.compress)
         codec = APPEND + ("+" + codec if codec else "")
         stored = StoredValue(channel, grown.version, type_, codec, data, base.version, grown.crc)
-        return PlannedValue(stored, whole, base.crc, grown, rooted)
+        return PlannedValue(stored, whole, base.crc, grown)
 
     def plan_new(
         self,
@@ -446,7 +481,7 @@ class ValuePlanner:
         marker when the checkpoint carries no value for it (a consumed channel, a
         ``DeltaChannel`` step), else :meth:`plan` of ``values[channel]``."""
         if channel not in values:
-            return PlannedValue(StoredValue(channel, version, *EMPTY))
+            return PlannedValue.whole(StoredValue(channel, version, *EMPTY))
         return self.plan(serde, key, channel, version, values[channel])
 
 

@@ -124,7 +124,9 @@ class Reader:
             for channel, at in record["values"].items():
                 version = versions[channel]
                 payload = read_value(self.n, lines, at, channel, version, known)
-                values[channel] = decode(self.serde, *payload)
+                values[channel] = value = decode(self.serde, *payload)
+                # what the next put appends to: it serialises only the appended elements
+                self.recent.adopt((self.n.thread_id, self.n.ns, channel), payload[2], value)
         return values
 
 

@@ -283,13 +283,13 @@ def read_value(
     key = version_key(version)
     record = _find(n, lines, at, channel, key)
     head = _stored(n, at, record, load=False)
+    remembered = recent.get((n.thread_id, n.ns, channel)) if recent is not None else None
+    if remembered is not None and (remembered.version, remembered.crc) == (key, head.crc):
+        return head.type, "", remembered.data  # the newest version this process wrote
     if head.base is None:
         full = _stored(n, at, record)
         return full.type, full.codec, full.data
     memo = {} if memo is None else memo
-    remembered = recent.get((n.thread_id, n.ns, channel)) if recent is not None else None
-    if remembered is not None and (remembered.version, remembered.crc) == (key, head.crc):
-        return head.type, "", remembered.data  # the newest version this process wrote
     if (channel, key) in memo:
         return head.type, "", memo[(channel, key)]
     chain, below = [_stored(n, at, record)], None

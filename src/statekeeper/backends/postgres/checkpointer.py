@@ -171,7 +171,7 @@ class PostgresCheckpointer(Checkpointer):
         where, checkpoint_id, make = self._get_op(config)
         try:
             raw = self._db.run(make)
-            return None if raw is None else decode_raw(self.serde, raw)
+            return None if raw is None else decode_raw(self.serde, raw, self._recent)
         except CorruptCheckpointError as exc:
             return self._fallback(exc, where, checkpoint_id, self._listing().items)
 
@@ -179,7 +179,7 @@ class PostgresCheckpointer(Checkpointer):
         where, checkpoint_id, make = self._get_op(config)
         try:
             raw = await self._db.arun(make)
-            return None if raw is None else decode_raw(self.serde, raw)
+            return None if raw is None else decode_raw(self.serde, raw, self._recent)
         except CorruptCheckpointError as exc:
             # the fallback listing is rare: run it in a worker thread
             return await asyncio.to_thread(

@@ -247,7 +247,7 @@ class SqliteCheckpointer(Checkpointer):
                 if row is None:
                     return None
                 raw = read_rest(conn, row, self._rules)
-            return decode_raw(self.serde, raw, self.path)
+            return decode_raw(self.serde, raw, self.path, self._recent)
         except CorruptCheckpointError as exc:
             located = with_location(exc, where)
             if checkpoint_id is not None or self.on_corrupt != "fallback":
