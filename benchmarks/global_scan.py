@@ -14,7 +14,8 @@ interleaved run (every sample visits every saver, in a rotating order):
 The rows are LangGraph's ``InMemorySaver`` and ``SqliteSaver`` and statekeeper's SQLite
 (with ``index_metadata=user``, so the filter column measures its metadata index), file
 (built with ``fsync=false``: building speed is not what is measured) and Redis
-(``$REDIS_URL``, default the local server); ratios are to LangGraph's rows. This is a
+(``$REDIS_URL``, default the local server; with ``index_metadata=["user"]`` too, so its
+filter column measures its metadata index); ratios are to LangGraph's rows. This is a
 benchmark, not a test: nothing is asserted about the numbers.
 
     .venv/bin/python benchmarks/global_scan.py                       # 200 x 20, a minute
@@ -42,7 +43,14 @@ from _report import (
     table,
     timed_ms,
 )
-from _savers import BACKENDS, Backend, Store, directory_bytes, sqlite_file_bytes
+from _savers import (
+    BACKENDS,
+    Backend,
+    Store,
+    directory_bytes,
+    open_ours_redis,
+    sqlite_file_bytes,
+)
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.base.id import uuid6
 
@@ -76,7 +84,11 @@ ROWS = [
     *(b for b in BACKENDS if b.key in ("memory", "sqlite")),
     Backend("ours", "statekeeper SqliteCheckpointer (index_metadata=user)", _open_ours_indexed),
     Backend("file", "statekeeper FileCheckpointer (fsync=false)", _open_file_unsynced),
-    *(b for b in BACKENDS if b.key == "redis"),
+    Backend(
+        "redis",
+        "statekeeper RedisCheckpointer (index_metadata=user)",
+        lambda path: open_ours_redis(path, index_metadata=["user"]),
+    ),
 ]
 KEYS = [row.key for row in ROWS]
 

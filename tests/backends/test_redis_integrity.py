@@ -740,3 +740,22 @@ def test_layout_3_keys_are_merged_read_only_and_indexed_on_a_read_write_open(
         assert [place(t) for t in saver.list(None)] == expected
         assert_lists_as_scanned(saver, threads, FILTERS)
         assert saver.verify() == []
+
+
+def test_an_index_key_of_another_type_is_refused_with_its_name(url: str) -> None:
+    threads = _indexed_history(url)
+    admin = admin_of(url)
+    key = slot_key(url, "meta:user")
+    admin.delete(key)
+    admin.set(key, "written by another program")
+    with open_checkpointer(url) as saver:
+        assert len(list(saver.list(None))) == 12  # the checkpoint index is intact
+        for call in (
+            lambda: list(saver.list(None, filter={"user": "u1"})),
+            lambda: put_at(saver, threads[0], step=9, user="u1"),
+        ):
+            with pytest.raises(CorruptCheckpointError) as raised:
+                call()
+            assert raised.value.path == key
+            assert raised.value.record == "index"
+        assert [d.path for d in saver.verify()] == [key]

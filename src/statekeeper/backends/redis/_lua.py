@@ -99,9 +99,11 @@ for i = first, #ARGV, 5 do
   end
 end
 if #stale > 0 then return stale end
+-- index entries first: a script stopped by an error (a key of another type) keeps what
+-- it wrote before, and stale entries are all that may be left behind
+for i = 14, #KEYS do redis.call('ZADD', KEYS[i], 0, ARGV[i - 3]) end
 register()
 if #KEYS > 10 and ARGV[7] ~= '' then index_head(KEYS[11], KEYS[12], ARGV[8], ARGV[7], false) end
-for i = 14, #KEYS do redis.call('ZADD', KEYS[i], 0, ARGV[i - 3]) end
 for i = first, #ARGV, 5 do set_value(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 4]) end
 local _, fields = header(rec)
 for i = 1, #fields do redis.call('HINCRBY', KEYS[5], fields[i], 1) end

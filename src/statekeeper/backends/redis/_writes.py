@@ -81,6 +81,9 @@ class Plans(Reads):
     def _explain(self, exc: StorageError, threads: Sequence[str] | None) -> Op[None]:
         """Raise the CorruptCheckpointError of the key a WRONGTYPE reply (``exc``) met."""
         registry: bytes | None = self.registry
+        found = yield from self.wrong_slot_types()  # the indexes in the registry's slot
+        if found is not None:
+            raise found from exc
         if threads is None:
             found = yield from wrong_types([], self.registry)
             if found is not None:

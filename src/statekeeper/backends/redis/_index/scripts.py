@@ -110,9 +110,9 @@ ENTER = Script(
     LIB
     + r"""
 if (redis.call('HGET', KEYS[5], ':gen') or '') ~= ARGV[5] then return 'indexes' end
+for i = 6, #ARGV do redis.call('ZADD', KEYS[i], 0, ARGV[i]) end  -- first: see PUT
 if redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2]) == 1 then redis.call('INCR', KEYS[2]) end
 if ARGV[4] ~= '' then index_head(KEYS[3], KEYS[4], ARGV[3], ARGV[4], false) end
-for i = 6, #ARGV do redis.call('ZADD', KEYS[i], 0, ARGV[i]) end
 return 1
 """
 )

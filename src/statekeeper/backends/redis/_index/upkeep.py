@@ -38,11 +38,13 @@ from statekeeper.backends.redis._index.scripts import (
     UNINDEX,
 )
 from statekeeper.backends.redis._integrity.records import Record
-from statekeeper.backends.redis._integrity.seal import Bad, wrong_type
+from statekeeper.backends.redis._integrity.seal import BACKEND, Bad, corrupt, path, wrong_type
 from statekeeper.backends.redis._io import Batch, Cmd, Eval, Op
 from statekeeper.backends.redis._layout import END
 from statekeeper.backends.redis._listing import SCAN, Registry, is_tag
 from statekeeper.errors import (
+    CorruptCheckpointError,
+    Damage,
     ReadOnlyError,
     SchemaVersionError,
     StorageError,
@@ -260,6 +262,21 @@ class Upkeep(Registry):
             yield from self.build_key(key, threads)
             yield Cmd(("HSET", self.across.indexed, key, "1"))
         yield from self.load_declared()
+
+    def wrong_slot_types(self) -> Op[CorruptCheckpointError | None]:
+        """The error for the first key of the registry's slot other than the registry
+        (the thread index, the indexes across threads, the declared keys) that holds
+        another type than the layout gives it (a WRONGTYPE reply met it); else None."""
+        wanted = [(self.heads, "zset"), (self.head_of, "hash"), (self.across.indexed, "hash")]
+        wanted += [(k, "zset") for index in self.indexes() for k in (index.order, index.by_thread)]
+        kinds = yield Batch(tuple(Cmd(("TYPE", key)) for key, _ in wanted))
+        for (key, want), kind in zip(wanted, kinds, strict=True):
+            text = kind.decode() if isinstance(kind, bytes) else kind
+            if text not in ("none", want):
+                reason = f"the key holds a {text}, not a {want} (overwritten by another program)"
+                found = Damage(reason, BACKEND, record="index", path=path(key))
+                return corrupt(found)
+        return None
 
     # -- opening and forgetting --------------------------------------------------------------
 
