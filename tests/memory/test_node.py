@@ -107,7 +107,7 @@ class TestCompaction:
         assert summary["tokens_saved_total"] == summary["tokens_saved"]
         assert summary["checkpoint_id"] == "cp-1"
         assert summary["updated_at"] == NOW.isoformat()
-        assert summary["summarizer"] == "extractive/3"
+        assert summary["summarizer"] == "extractive/4"
         assert summary["notes_namespace"] == ["notes", "t1"]
         assert json.loads(json.dumps(summary)) == summary  # plain JSON
 
@@ -129,11 +129,11 @@ class TestCompaction:
         assert first.provenance.said_from == datetime.datetime(2024, 5, 1, 9, tzinfo=datetime.UTC)
         assert first.provenance.said_to == first.provenance.said_from
         assert first.provenance.created_at == NOW
-        assert first.provenance.summarizer == "extractive/3"
+        assert first.provenance.summarizer == "extractive/4"
         assert {"0", "Friend0"} <= set(first.topics)
         value = store.get(("notes", "t1"), first.key)
         assert value is not None
-        assert value.value["schema_version"] == 2
+        assert value.value["schema_version"] == 3
 
     def test_every_crossing_refreshes_the_summary_and_adds_up(self) -> None:
         store = InMemoryStore()
@@ -314,10 +314,10 @@ def test_chat_model_summarizer_in_the_node() -> None:
     assert note.provenance.summarizer == "chat/1:fake"
     # a malformed answer: the fallback's notes say who made them
     second = summarize({"messages": turns(10, start=10), "summary": first["summary"]}, CONFIG)
-    assert second["summary"]["summarizer"] == "extractive/3"
+    assert second["summary"]["summarizer"] == "extractive/4"
     assert second["summary"]["text"].startswith("Ana travels a lot.")
     made_by = {n.provenance.summarizer for n in stored_notes(store)}
-    assert made_by == {"chat/1:fake", "extractive/3"}
+    assert made_by == {"chat/1:fake", "extractive/4"}
 
 
 # -- a real graph ---------------------------------------------------------------------------

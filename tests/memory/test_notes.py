@@ -46,7 +46,7 @@ def provenance(**changes: Any) -> Provenance:
     return Provenance(**{**fields, **changes})
 
 
-class TestSchema2:
+class TestSchema:
     def test_round_trip_and_the_stored_value(self) -> None:
         note = Note(
             text="Ana: We're relocating to Toronto!",
@@ -61,7 +61,7 @@ class TestSchema2:
         )
         value = note.to_value()
         assert value["kind"] == NOTE_KIND
-        assert value["schema_version"] == Note.schema_version == 2
+        assert value["schema_version"] == Note.schema_version == 3
         assert (value["subject"], value["attribute"]) == ("ana", "home")  # top level, filterable
         assert json.loads(json.dumps(value)) == value
         assert Note.from_value(value) == note
@@ -111,7 +111,7 @@ class TestSchema2:
 
 
 class TestUpgrade:
-    def test_v1_fixtures_load_as_v2(self) -> None:
+    def test_v1_fixtures_load_as_the_current_version(self) -> None:
         for item in v1_items():
             stored = item["value"]
             before = json.dumps(stored, sort_keys=True)
@@ -130,7 +130,8 @@ class TestUpgrade:
             assert note.valid_to is None
             assert note.fact is None
             assert (note.superseded_by, note.supersedes, note.conflicts_with) == (None, (), ())
-            assert note.to_value()["schema_version"] == 2
+            assert (note.unit, note.dates) == ("turn", ())
+            assert note.to_value()["schema_version"] == 3
             assert Note.from_value(note.to_value()) == note
 
     def test_v1_fixtures_cover_what_version_1_wrote(self) -> None:
@@ -141,7 +142,7 @@ class TestUpgrade:
         assert any(p["said_to"] is None for p in provenances)
 
     @pytest.mark.parametrize("kind", ["statekeeper", "langgraph-inmemory"])
-    def test_v1_notes_in_a_store_are_recalled_as_v2(self, kind: str, store: SqliteStore) -> None:
+    def test_v1_notes_in_a_store_are_recalled(self, kind: str, store: SqliteStore) -> None:
         target: Any = store if kind == "statekeeper" else InMemoryStore()
         for item in v1_items():
             target.put(tuple(item["namespace"]), item["key"], item["value"])
@@ -154,7 +155,8 @@ class TestUpgrade:
     def test_upgrade_note_value(self) -> None:
         stored = v1_items()[0]["value"]
         upgraded = upgrade_note_value(stored)
-        assert upgraded["schema_version"] == 2
+        assert upgraded["schema_version"] == 3
+        assert (upgraded["unit"], upgraded["dates"]) == ("turn", [])
         assert upgraded["observed_at"] == stored["provenance"]["said_to"]
         current = make_note("x").to_value()
         assert upgrade_note_value(current) == current
@@ -162,7 +164,7 @@ class TestUpgrade:
 
     @pytest.mark.parametrize(
         ("version", "message"),
-        [(3, "newer"), (99, "newer"), (0, "invalid"), ("2", "invalid"), (True, "invalid")],
+        [(4, "newer"), (99, "newer"), (0, "invalid"), ("2", "invalid"), (True, "invalid")],
     )
     def test_unreadable_versions_are_refused(self, version: object, message: str) -> None:
         value = {**make_note("x").to_value(), "schema_version": version}
@@ -186,7 +188,7 @@ class TestUpgrade:
         with pytest.raises(SerializationError):
             Note.from_value(value)
 
-    @pytest.mark.parametrize("version", [0, 2, 3])
+    @pytest.mark.parametrize("version", [0, 3, 4])
     def test_the_registry_refuses_versions_it_cannot_upgrade(self, version: int) -> None:
         with pytest.raises(ConfigurationError, match="migration"):
             note_migration(from_version=version)

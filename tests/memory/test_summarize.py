@@ -63,7 +63,7 @@ def texts(summary: Summary) -> list[str]:
 class TestExtractive:
     def test_is_a_summarizer_with_a_versioned_name(self) -> None:
         assert isinstance(ExtractiveSummarizer(), Summarizer)
-        assert ExtractiveSummarizer.name == "extractive/3"
+        assert ExtractiveSummarizer.name == "extractive/4"
 
     def test_one_note_per_statement_with_speaker_and_resolved_dates(self) -> None:
         summary = ExtractiveSummarizer().summarize(conversation(), None)
@@ -320,8 +320,8 @@ class TestChatModel:
         with caplog.at_level(logging.WARNING, logger="statekeeper.memory.summarize"):
             summary = ChatModelSummarizer(model_answering(answer)).summarize(CHAT, None)
         expected = ExtractiveSummarizer().summarize(CHAT, None)
-        assert summary == Summary(expected.text, expected.notes, "extractive/3")
-        assert "summarizing with extractive/3 instead" in caplog.text
+        assert summary == Summary(expected.text, expected.notes, "extractive/4")
+        assert "summarizing with extractive/4 instead" in caplog.text
 
     def test_malformed_answers_raise_without_a_fallback(self) -> None:
         summarizer = ChatModelSummarizer(model_answering("no json"), fallback=None)

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from statekeeper.memory.store.lexical import stem
 
-__all__ = ["concept_tags", "fact_key", "fact_topics"]
+__all__ = ["ASKED_WITH", "concept_tags", "fact_key", "fact_topics"]
 
 # tags -> trigger words (lower-case; compared by stem)
 _LEXICON: dict[tuple[str, ...], str] = {
@@ -94,6 +94,12 @@ _OBJ = r"(?P<obj>[^\W\d_][\w'-]*)"  # the named value: must be capitalised (chec
 # (attribute, pattern, whether the value after it must be a name)
 _FACT_PATTERNS: list[tuple[str, str, bool]] = [
     ("home", rf"{_WHO}{_AUX}{_ADV}\s+(?:live|lives|living|lived)\s+in\s+{_OBJ}", True),
+    (  # "I've been in Austin eight years": a home; "been in Rome for a week" is a trip
+        "home",
+        rf"{_WHO}{_AUX}{_ADV}\s+been\s+(?:living\s+)?in\s+{_OBJ}(?:\s+for)?\s+(?:\w+\s+)?"
+        r"(?:years|decades)\b",
+        True,
+    ),
     (
         "home",
         rf"{_WHO}{_AUX}{_ADV}\s+(?:move|moved|moves|moving|relocate|relocated|relocates"
@@ -229,3 +235,36 @@ def fact_topics(attribute: str) -> tuple[str, ...]:
     if attribute.startswith("allergy to "):
         return ("allergy", "food")
     return _ATTRIBUTE_TOPICS.get(attribute, ())
+
+
+# The words a question asks for an attribute with, as written ("Who does Ana work for
+# now?", "Where is she living?", "What vehicle does he have?"): the
+# attribute's own name, its common synonyms and the verbs that ask for its value. A
+# question about a job asks about an employer and an occupation alike, since one
+# statement usually tells both ("I'm joining Acme as a nurse"). "City" is not among them:
+# "which city did she fly to?" asks about a trip as often as a home.
+ASKED_WITH: dict[str, tuple[str, ...]] = {
+    "home": tuple(
+        _split(
+            """home live lives living lived reside resides residing resident hometown
+            address based relocate relocated relocating move moved moving"""
+        )
+    ),
+    "employer": tuple(
+        _split(
+            """employer employers company companies employed hired hire workplace firm
+            work works working worked job jobs position role career"""
+        )
+    ),
+    "occupation": tuple(
+        _split(
+            """occupation occupations profession job jobs position role career title
+            work works working worked"""
+        )
+    ),
+    "car": tuple(_split("car cars vehicle vehicles drive drives driving drove automobile")),
+    "diet": tuple(
+        _split("diet diets eat eats eating ate meat vegetarian vegan food foods meal meals")
+    ),
+    "allergy": tuple(_split("allergy allergies allergic ingredient ingredients")),
+}

@@ -17,6 +17,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 
 from statekeeper.memory._concepts import concept_tags, fact_key, fact_topics
 from statekeeper.memory._conversation import message_text, message_time, speaker
+from statekeeper.memory._units.temporal import TimeSpan, annotate
 
 __all__ = ["Statement", "digest", "estimate_tokens", "extract_statements"]
 
@@ -91,6 +92,7 @@ class Statement:
     said_on: datetime.date | None
     words: tuple[str, ...]  # its content words, lower-cased, for scoring
     fact: tuple[str, str] | None = None  # (subject, attribute) of the fact it asserts
+    dates: tuple[TimeSpan, ...] = ()  # the time expressions it names, resolved
 
 
 def estimate_tokens(text: str) -> int:
@@ -174,21 +176,22 @@ def extract_statements(messages: Sequence[BaseMessage]) -> list[Statement]:
             context, ids = _question_before(messages, index, ids)
         for group in groups:
             body = " ".join(group)
-            if said_at is not None:
-                body = resolve_dates(body, said_at.date())
             for piece in _pieces(body):
+                spans: list[TimeSpan] = []
+                if said_at is not None:
+                    piece, spans = annotate(piece, said_at)
                 words = tuple(content_words(piece))
                 topics = _topics(piece, words, document_frequency, names)
                 said_on = said_at.date() if said_at else None
                 if said_on is not None:
                     topics = (*topics, said_on.isoformat(), _month(said_on))
+                topics = tuple(dict.fromkeys((*topics, *_date_topics(spans))))
                 # only what people say of themselves is theirs to update
                 fact = fact_key(piece, label) if message.type == "human" else None
                 if fact is not None:
                     topics = tuple(dict.fromkeys((*topics, *fact_topics(fact[1]))))
-                statements.append(
-                    Statement(f"{context}{label}: {piece}", ids, topics, said_on, words, fact)
-                )
+                text = f"{context}{label}: {piece}"
+                statements.append(Statement(text, ids, topics, said_on, words, fact, tuple(spans)))
     return statements
 
 
@@ -200,6 +203,20 @@ def _is_chit_chat(sentence: str, speakers: set[str]) -> bool:
 
 def _month(day: datetime.date) -> str:
     return f"{_MONTHS[day.month - 1]} {day.year}"
+
+
+def _date_topics(spans: Sequence[TimeSpan]) -> list[str]:
+    """The days and months the relative dates of a statement name, as the topics of the
+    day it was said are written ("2024-05-07", "May 2024"): a question naming one finds
+    the statement even when it was said on another day."""
+    topics: list[str] = []
+    for span in spans:
+        if not span.relative:
+            continue
+        if (span.end - span.start).days == 1:
+            topics.append(span.start.isoformat())
+        topics.extend(_month(first) for first in span.months[:2])
+    return topics
 
 
 def _names(messages: Sequence[BaseMessage]) -> set[str]:
@@ -319,60 +336,9 @@ def digest(
     return "\n".join(lines)
 
 
-_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
-    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
-}  # fmt: skip
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_RELATIVE = re.compile(
-    r"\b(?:(?P<day>today|tonight|this (?:morning|afternoon|evening)|yesterday|tomorrow)"
-    r"|(?P<dir>last|next) (?P<unit>week(?:end)?|month|year|" + "|".join(_WEEKDAYS) + ")"
-    r"|(?P<n>\d+|" + "|".join(_NUMBERS) + r") (?P<ago>day|week|month|year)s? ago)\b",
-    re.IGNORECASE,
-)
-
-
 def resolve_dates(text: str, on: datetime.date) -> str:
     """``text`` with relative dates said on ``on`` followed by what they mean:
     "yesterday" -> "yesterday (2024-05-07)", "last week" -> "last week (week of 2024-04-29)",
-    "two months ago" -> "two months ago (March 2024)"."""
-
-    def replace(match: re.Match[str]) -> str:
-        return f"{match[0]} ({_resolve(match, on)})"
-
-    return _RELATIVE.sub(replace, text)
-
-
-def _resolve(match: re.Match[str], on: datetime.date) -> str:
-    day = datetime.timedelta(days=1)
-    if match["day"]:
-        word = match["day"].lower()
-        return (
-            on - day if word == "yesterday" else on + day if word == "tomorrow" else on
-        ).isoformat()
-    if match["ago"]:
-        n = int(match["n"]) if match["n"].isdigit() else _NUMBERS[match["n"].lower()]
-        return _shift(on, match["ago"].lower(), -n)
-    unit = match["unit"].lower()
-    step = -1 if match["dir"].lower() == "last" else 1
-    if unit in _WEEKDAYS:
-        offset = (_WEEKDAYS.index(unit) - on.weekday()) * step % 7 or 7
-        return (on + step * offset * day).isoformat()
-    if unit == "weekend":
-        saturday = on - (on.weekday() - 5) % 7 * day  # the latest Saturday up to ``on``
-        if on.weekday() >= 5 or step > 0:
-            saturday += 7 * step * day
-        return f"weekend of {saturday.isoformat()}"
-    return _shift(on, unit, step)
-
-
-def _shift(on: datetime.date, unit: str, n: int) -> str:
-    if unit == "day":
-        return (on + datetime.timedelta(days=n)).isoformat()
-    if unit == "week":
-        monday = on - datetime.timedelta(days=on.weekday()) + datetime.timedelta(weeks=n)
-        return f"week of {monday.isoformat()}"
-    if unit == "month":
-        month = on.year * 12 + on.month - 1 + n
-        return datetime.date(month // 12, month % 12 + 1, 1).strftime("%B %Y")
-    return str(on.year + n)
+    "two months ago" -> "two months ago (March 2024)" (the rules:
+    :mod:`statekeeper.memory._units.temporal`)."""
+    return annotate(text, on)[0]

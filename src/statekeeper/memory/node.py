@@ -68,7 +68,7 @@ class RunningSummary(TypedDict):
     """
 
     text: str
-    summarizer: str  # who made the last summary: "extractive/3"
+    summarizer: str  # who made the last summary: "extractive/4"
     compactions: int
     messages_summarized: int  # over every compaction
     tokens_before: int
@@ -442,6 +442,7 @@ def _notes(
             topics=draft.topics,
             subject=subject,
             attribute=attribute,
+            dates=draft.dates,
         )
         notes.setdefault(note.key, note)
     return list(notes.values())

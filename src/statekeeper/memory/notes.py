@@ -8,9 +8,11 @@ messages were said, when the note was made and by which summarizer.
 
 Schema 2 adds time and identity: when the fact was said (``observed_at``), when it holds
 (``valid_from``, ``valid_to``), what it is a value of (``subject``, ``attribute``), and its
-links to the notes it replaced, was replaced by or contradicts. Values written under an
-older ``schema_version`` are upgraded when read, one version at a time, by the
-migrations registered with :func:`note_migration`.
+links to the notes it replaced, was replaced by or contradicts. Schema 3 adds what unit of
+memory a note is (``unit``: a statement, ``"turn"``, or a whole session, ``"session"``)
+and the dates its words name (``dates``: "yesterday" said on 8 May is 7 May). Values
+written under an older ``schema_version`` are upgraded when read, one version at a time,
+by the migrations registered with :func:`note_migration`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import datetime
 import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -27,9 +29,11 @@ from statekeeper.errors import ConfigurationError, SerializationError
 
 __all__ = [
     "NOTE_KIND",
+    "DateSpan",
     "Note",
     "NoteMigration",
     "Provenance",
+    "Unit",
     "normalize_label",
     "note_key",
     "note_migration",
@@ -37,6 +41,10 @@ __all__ = [
 ]
 
 NOTE_KIND = "statekeeper.note"  # the value's "kind": tells notes apart from other items
+
+Unit = Literal["turn", "session"]
+"""What a note stands for: one statement of the conversation (``"turn"``), or one session
+of it, told in a few words (``"session"``)."""
 
 NoteMigration = Callable[[dict[str, Any]], dict[str, Any]]
 """Upgrades a stored note value of one schema version to the next; returns the new value."""
@@ -83,7 +91,24 @@ class Provenance(BaseModel):
     said_from: datetime.datetime | None = None  # when the first source message was said
     said_to: datetime.datetime | None = None  # ... and the last
     created_at: datetime.datetime  # when the note was made
-    summarizer: str  # which summarizer made it, with its version: "extractive/3"
+    summarizer: str  # which summarizer made it, with its version: "extractive/4"
+
+
+class DateSpan(BaseModel):
+    """Days a note's words name, resolved against when they were said: ``phrase`` ("last
+    Tuesday") names the calendar days ``[start, end)``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    phrase: str
+    start: datetime.date
+    end: datetime.date
+
+    @model_validator(mode="after")
+    def _ordered(self) -> DateSpan:
+        if self.end <= self.start:
+            raise ValueError("a date span ends after it starts")
+        return self
 
 
 class Note(BaseModel):
@@ -100,6 +125,10 @@ class Note(BaseModel):
     - ``superseded_by`` / ``supersedes``: the key of the note that replaced this one, and
       the keys of the notes this one replaced; ``conflicts_with``: keys of notes this one
       contradicts, both kept.
+    - ``unit``: ``"turn"`` (one statement) or ``"session"`` (a session told in a few
+      words, with every message of it in its provenance); ``dates``: the days its words
+      name (:class:`DateSpan`), which recall's time windows match as well as
+      ``observed_at``.
 
     Times are always timezone-aware (a naive time given is taken to be UTC).
     ``to_value()`` is what is stored; ``from_value()`` reads it back, upgrading values
@@ -108,7 +137,7 @@ class Note(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
 
     text: str = Field(min_length=1)
     provenance: Provenance
@@ -121,6 +150,8 @@ class Note(BaseModel):
     superseded_by: str | None = None
     supersedes: tuple[str, ...] = ()
     conflicts_with: tuple[str, ...] = ()
+    unit: Unit = "turn"
+    dates: tuple[DateSpan, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -160,7 +191,11 @@ class Note(BaseModel):
     @property
     def key(self) -> str:
         """The store key: the same note from the same messages always gets the same key,
-        so writing it again after a crash replaces it instead of duplicating it."""
+        so writing it again after a crash replaces it instead of duplicating it. A session
+        note's key is its session's (thread and first message): told again as the session
+        goes on, it replaces its earlier telling."""
+        if self.unit == "session":
+            return note_key(self.provenance.thread_id, self.provenance.message_ids[:1], "\0session")
         return note_key(self.provenance.thread_id, self.provenance.message_ids, self.text)
 
     @property
@@ -284,3 +319,9 @@ def _v1_to_v2(value: dict[str, Any]) -> dict[str, Any]:
         "supersedes": [],
         "conflicts_with": [],
     }
+
+
+@note_migration(from_version=2)
+def _v2_to_v3(value: dict[str, Any]) -> dict[str, Any]:
+    # Version 2 notes were all statements, and kept the dates they named only in their text.
+    return {**value, "unit": "turn", "dates": []}

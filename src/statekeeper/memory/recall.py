@@ -33,8 +33,10 @@ from langgraph.store.base import BaseStore, Item
 from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError, SerializationError
+from statekeeper.memory._units.facts import AskedFact, asked_fact, predecessors
+from statekeeper.memory._units.ranking import Decay, Window
 from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
-from statekeeper.memory.notes import NOTE_KIND, Note, Provenance, aware
+from statekeeper.memory.notes import NOTE_KIND, Note, Provenance
 from statekeeper.memory.store.lexical import score_texts
 from statekeeper.memory.store.query import (
     DEFAULT_MIN_SCORE,
@@ -42,12 +44,11 @@ from statekeeper.memory.store.query import (
     Freshness,
     Hops,
     Limits,
-    TimeWindow,
     hop_query,
     merge_hops,
     time_window,
 )
-from statekeeper.memory.store.values import indexed_texts
+from statekeeper.memory.store.values import indexed_texts, matches_filter
 
 __all__ = [
     "DEFAULT_MIN_SCORE",
@@ -217,14 +218,17 @@ def recall(
         freshness = dataclasses.replace(freshness, **picked(given, Freshness))
         if "thread_id" in given and log:  # as before: log=False records nothing
             log = RecallLog(thread_id=given["thread_id"])
-    window = _Window(freshness.moment(), freshness.include_expired)
+    window = Window(freshness.moment(), freshness.include_expired)
     named = time_window(query, window.at) if freshness.windows else None
-    weigh = _Decay(window.at, freshness.max_age, freshness.half_life, named)
+    asked = asked_fact(query) if freshness.facts else None
+    weigh = Decay(window.at, freshness.max_age, freshness.half_life, named, asked)
     if not query.strip():
         return []
     conditions = {**(limits.filter or {}), "kind": NOTE_KIND}
     search = _Search(namespace, query, limits.k, limits.min_score, conditions, window, weigh)
     hits = _round(store, search)
+    if asked is not None:
+        hits = _keyed(store, search, hits, asked)
     if limits.hops is not None and hits:
         hits = _hopped(store, search, hits, limits.hops)
     if log:
@@ -264,8 +268,8 @@ class _Search:
     k: int
     min_score: float
     conditions: dict[str, Any]
-    window: _Window
-    weigh: _Decay
+    window: Window
+    weigh: Decay
     below_floor: int = 0  # matching notes the floor turned away
     stale: int = 0  # relevant notes expired, superseded or too old at as_of
 
@@ -297,6 +301,49 @@ def _hopped(store: BaseStore, search: _Search, hits: list[Hit], hops: Hops) -> l
     cap = min(hit.score for hit in hits)
     added = merge_hops(found[:room], lambda hit: hit.note.text, hops)
     return hits + [dataclasses.replace(hit, score=min(hit.score, cap)) for hit in added]
+
+
+def _keyed(store: BaseStore, search: _Search, hits: list[Hit], asked: AskedFact) -> list[Hit]:
+    """``hits`` with the notes keyed by the fact ``asked`` (of a subject it names) scored
+    at least ``DEFAULT_MIN_SCORE``, their key being evidence enough, and those the floor
+    left out recalled by it when that is not below ``search.min_score``; ranked as
+    ``search`` ranks; when ``asked.past``, each keyed note preceded by the notes it
+    replaced (the answer to a question about the past), oldest first, scored as it. At
+    most ``search.k``."""
+    keyed = DEFAULT_MIN_SCORE
+    found = [
+        dataclasses.replace(hit, score=keyed)
+        if hit.score < keyed and asked.matches(hit.note)
+        else hit
+        for hit in hits
+    ]
+    known = {(hit.namespace, hit.key) for hit in hits}
+    for subject in sorted(asked.subjects) if keyed >= search.min_score else ():
+        if search.conditions.get("subject", subject) != subject:
+            continue  # the caller's filter names another subject
+        for item in _all(store, search.namespace, {**search.conditions, "subject": subject}):
+            note = _note(item)
+            if (item.namespace, item.key) in known or note is None or not asked.matches(note):
+                continue
+            if search.admits(note):
+                known.add((item.namespace, item.key))
+                found.append(search.hit(note, keyed, item))
+    ranked = search.weigh.best(found, search.k)
+    if not asked.past:
+        return ranked
+    told: list[Hit] = []
+    for hit in ranked:
+        history: list[Hit] = []
+        if asked.matches(hit.note):
+            for key, older, value in predecessors(store, hit.namespace, hit.note, search.window.at):
+                if (hit.namespace, key) in known or not search.weigh.admits(older):
+                    continue
+                if matches_filter(value, search.conditions):
+                    known.add((hit.namespace, key))
+                    freshness = search.weigh.freshness(older)
+                    history.insert(0, Hit(older, hit.score, key, hit.namespace, freshness))
+        told.extend((*history, hit))
+    return told[: search.k]
 
 
 def _scored_here(store: BaseStore, search: _Search) -> list[Hit]:
@@ -341,54 +388,6 @@ def _log(
         log_recall(store, event)
     except Exception as exc:  # the answer matters more than its statistics
         logger.warning("could not record a recall in %r: %s", store, exc)
-
-
-@dataclass(frozen=True)
-class _Window:
-    """The notes known and valid at ``at``."""
-
-    at: datetime.datetime
-    include_expired: bool
-
-    def admits(self, note: Note) -> bool:
-        if aware(note.provenance.created_at) > self.at:
-            return False  # made later: not known then
-        return self.include_expired or note.valid_at(self.at)
-
-
-@dataclass(frozen=True)
-class _Decay:
-    """What age does to a note at ``at``: too old to recall, or ranked lower."""
-
-    at: datetime.datetime
-    max_age: datetime.timedelta | None
-    half_life: datetime.timedelta | None
-    named: TimeWindow | None = None  # the time window the query names, if any
-
-    @property
-    def reorders(self) -> bool:
-        """Whether hits are ranked by more than relevance (so every relevant note is read)."""
-        return self.half_life is not None or self.named is not None
-
-    def admits(self, note: Note) -> bool:
-        return self.max_age is None or note.observed_at >= self.at - self.max_age
-
-    def freshness(self, note: Note) -> float:
-        if self.half_life is None:
-            return 1.0
-        age = max(self.at - note.observed_at, datetime.timedelta(0))
-        return float(0.5 ** (age / self.half_life))
-
-    def best(self, hits: list[Hit], k: int) -> list[Hit]:
-        """The ``k`` best hits: those said in the named window first, then by relevance
-        times freshness; ties keep their order."""
-        named, decays = self.named, self.half_life is not None
-
-        def rank(hit: Hit) -> tuple[bool, float]:
-            outside = named is not None and not named.holds(aware(hit.note.observed_at))
-            return outside, -hit.score * hit.freshness if decays else 0.0
-
-        return sorted(hits, key=rank)[:k] if self.reorders else hits[:k]
 
 
 def _from_scores(store: BaseStore, search: _Search) -> list[Hit]:

@@ -1,6 +1,6 @@
 """Summarizers: turn the oldest messages of a conversation into a running summary and notes.
 
-A :class:`Summarizer` has a ``name`` (with a version: ``"extractive/3"``) and one method,
+A :class:`Summarizer` has a ``name`` (with a version: ``"extractive/4"``) and one method,
 ``summarize(messages, previous_summary) -> Summary``. Two ship with statekeeper:
 
 - :class:`ExtractiveSummarizer`, the default: deterministic and offline (no model, no
@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from statekeeper.errors import SummarizerOutputError
 from statekeeper.memory._conversation import message_text, message_time, speaker
 from statekeeper.memory._extractive import digest, extract_statements
-from statekeeper.memory.notes import normalize_label
+from statekeeper.memory.notes import DateSpan, normalize_label
 
 __all__ = [
     "ChatModelSummarizer",
@@ -44,14 +44,16 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class NoteDraft:
     """A note before provenance: its text, the ids of the messages it came from (in
-    conversation order), the words or phrases it is about, and the ``(subject,
-    attribute)`` key of the single-valued fact it states (``None``: none), by which
-    contradicting notes are found (:mod:`statekeeper.memory.conflicts`)."""
+    conversation order), the words or phrases it is about, the ``(subject, attribute)``
+    key of the single-valued fact it states (``None``: none), by which contradicting
+    notes are found (:mod:`statekeeper.memory.conflicts`), and the dates its words name,
+    resolved (:class:`~statekeeper.memory.notes.DateSpan`)."""
 
     text: str
     message_ids: tuple[str, ...]
     topics: tuple[str, ...] = ()
     fact: tuple[str, str] | None = None
+    dates: tuple[DateSpan, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class Summary:
 class Summarizer(Protocol):
     """Summarizes the oldest part of a conversation.
 
-    ``name`` identifies the algorithm and its version (``"extractive/3"``); it is written
+    ``name`` identifies the algorithm and its version (``"extractive/4"``); it is written
     into every note's provenance, so change the version whenever the output changes.
 
     ``summarize`` is never called with an empty ``messages`` (``SummarizationNode``
@@ -113,7 +115,7 @@ class ExtractiveSummarizer:
     lines dropped to stay within ``max_summary_tokens`` (at four characters per token).
     """
 
-    name = "extractive/3"
+    name = "extractive/4"
 
     def __init__(self, *, digest_size: int = 6, max_summary_tokens: int = 400) -> None:
         if digest_size < 0 or max_summary_tokens < 1:
@@ -129,7 +131,16 @@ class ExtractiveSummarizer:
             size=self.digest_size,
             max_tokens=self.max_summary_tokens,
         )
-        notes = tuple(NoteDraft(s.text, s.message_ids, s.topics, s.fact) for s in statements)
+        notes = tuple(
+            NoteDraft(
+                s.text,
+                s.message_ids,
+                s.topics,
+                s.fact,
+                tuple(DateSpan(phrase=d.phrase, start=d.start, end=d.end) for d in s.dates),
+            )
+            for s in statements
+        )
         return Summary(text, notes)
 
     def __repr__(self) -> str:

@@ -173,7 +173,9 @@ def evaluate(
                     played.namespace,
                     question.question,
                     limits=settings.limits,
-                    freshness=Freshness(as_of=played.ended, windows=settings.windows),
+                    freshness=Freshness(
+                        as_of=played.ended, windows=settings.windows, facts=settings.facts
+                    ),
                 )
                 results[question.id] = QuestionResult(
                     id=question.id,

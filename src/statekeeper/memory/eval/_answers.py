@@ -232,7 +232,8 @@ class _Contexts:
         self.k = settings.pipeline.limits.k
         self.pairs = list(conversation.messages())
         self.index = BM25Index([said(m) for _, m in self.pairs])
-        self.asked = Freshness(as_of=played.ended, windows=settings.pipeline.windows)
+        pipeline = settings.pipeline
+        self.asked = Freshness(as_of=played.ended, windows=pipeline.windows, facts=pipeline.facts)
         self.full = history_context(self.pairs, self.budget)
         window = [(s, m) for s, m in self.pairs if m.id in played.live_window]
         self.window = history_context(window, self.budget)
@@ -243,7 +244,10 @@ class _Contexts:
     def recalled(self, query: str, freshness: FreshnessCut | Freshness) -> list[Hit]:
         if isinstance(freshness, FreshnessCut):
             freshness = freshness.freshness(self.played.ended)
-            freshness = dataclasses.replace(freshness, windows=self.settings.pipeline.windows)
+            pipeline = self.settings.pipeline
+            freshness = dataclasses.replace(
+                freshness, windows=pipeline.windows, facts=pipeline.facts
+            )
         limits = self.settings.pipeline.limits
         return recall(
             self.store, self.played.namespace, query, limits=limits, freshness=freshness, log=False

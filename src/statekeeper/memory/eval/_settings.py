@@ -21,8 +21,9 @@ class EvalSettings:
     """What :func:`evaluate` runs: the :class:`SummarizationNode`'s ``budget_tokens``,
     ``keep_tokens`` and ``summarizer`` (``None``: its defaults), the :class:`Limits` of
     :func:`recall` (``k`` bounds the baseline's results too), and the store the notes go
-    to (``store_url``). ``windows`` is :class:`Freshness`'s for every recall (a question
-    naming a time window ranks the notes said in it first); questions are asked as of
+    to (``store_url``). ``windows`` and ``facts`` are :class:`Freshness`'s for every
+    recall (a question naming a time window ranks the notes said in it first; one asking
+    for a fact of a person ranks the notes keyed by it first); questions are asked as of
     the end of their conversation. The report's ``settings`` record them."""
 
     budget_tokens: int = DEFAULT_BUDGET_TOKENS
@@ -31,6 +32,7 @@ class EvalSettings:
     limits: Limits = _LIMITS
     store_url: str = "memory://"
     windows: bool = True
+    facts: bool = True
 
     def node_options(self) -> dict[str, Any]:
         """The :class:`SummarizationNode`'s keywords these settings give."""
@@ -51,6 +53,7 @@ class EvalSettings:
             "store_url": self.store_url,
             "summarizer": self.summarizer.name if self.summarizer is not None else None,
             "windows": self.windows,
+            "facts": self.facts,
         }
         if self.limits.hops is not None:
             settings["hops"] = dataclasses.asdict(self.limits.hops)

@@ -160,12 +160,18 @@ class Freshness:
     gives the current time (timezone-aware): the default ``as_of`` and the time of the
     recall's log entry. ``windows`` (default ``True``): a query naming a time window
     ("last week", "in March 2024", "on 2024-04-26", "two weeks ago", resolved against
-    ``as_of``) ranks the notes said in it (``observed_at``) before the others. See
-    :func:`recall` for the exact rules.
+    ``as_of``) ranks the notes said in it (``observed_at``), or naming a day in it, before
+    the others. ``facts`` (default ``True``): a question asking for a fact of a person it
+    names ("Who does Ana work for now?") ranks the notes keyed by that fact first and
+    recalls them by their key even when its words miss them (scored at least
+    ``DEFAULT_MIN_SCORE``, never below the floor); one asking for an earlier value
+    ("before", "first", "used to"...) also gets, before each, the values it replaced.
+    See :func:`recall` for the exact rules.
 
     Raises:
-        ConfigurationError: ``as_of`` is not a timezone-aware datetime, or ``max_age`` or
-            ``half_life`` is not a positive ``timedelta``.
+        ConfigurationError: ``as_of`` is not a timezone-aware datetime, ``max_age`` or
+            ``half_life`` is not a positive ``timedelta``, or ``windows`` or ``facts`` is
+            not a bool.
     """
 
     as_of: datetime.datetime | None = None
@@ -174,11 +180,17 @@ class Freshness:
     half_life: datetime.timedelta | None = None
     clock: Clock = utcnow
     windows: bool = True
+    facts: bool = True
 
     def __post_init__(self) -> None:
         if self.as_of is not None:
             _moment(self.as_of)
         check_freshness(self.max_age, self.half_life)
+        for name in ("windows", "facts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigurationError(
+                    f"{name} must be True or False, got {getattr(self, name)!r}"
+                )
 
     def moment(self) -> datetime.datetime:
         """``as_of``, else the clock's time, checked to be timezone-aware."""
@@ -275,6 +287,11 @@ class TimeWindow:
     def holds(self, moment: datetime.datetime) -> bool:
         """Whether ``moment`` (timezone-aware) falls in the window."""
         return self.start <= moment < self.end
+
+    def meets(self, first: datetime.date, end: datetime.date) -> bool:
+        """Whether the calendar days ``[first, end)`` (midnight to midnight in the
+        window's timezone) share a moment with the window."""
+        return _midnight(first, self.start) < self.end and _midnight(end, self.start) > self.start
 
 
 def time_window(query: str, at: datetime.datetime) -> TimeWindow | None:
