@@ -64,7 +64,14 @@ class Registry(Checked):
     def _checked_count(self) -> Op[None]:
         """Check the registry against its count (O(1)): a member, or the whole key,
         deleted by something else shows. Raised, or logged (``on_corrupt="fallback"``)."""
-        members, count = yield Eval(REGISTRY, (self.registry, self.counter), ("check",))
+        self._check_count((yield self._count_call()))
+
+    def _count_call(self) -> Eval:
+        """The call whose reply :meth:`_check_count` checks."""
+        return Eval(REGISTRY, (self.registry, self.counter), ("check",))
+
+    def _check_count(self, reply: list[Any]) -> None:
+        members, count = reply
         if count is not None and int(count) != members:
             reason = (
                 f"the registry of threads lists {members} threads where {int(count)} were "

@@ -146,12 +146,11 @@ class Listings(Upkeep):
     ) -> Stream:
         """``list(None)``: the checkpoint index (or a metadata key's) a page at a time,
         newest first (ties: thread id, then namespace, descending), after the registry's
-        sweep and its O(1) check against its count."""
+        sweep and its O(1) check against its count, which share the first page's round
+        trip (entries the sweep then removes read as stale)."""
         if not self.listed:
             yield from self._list_merged(serde, filter, below, limit)
             return
-        yield from self.sweep()
-        yield from self._checked_count()
         chosen = yield from self._chosen(filter)
         index, value = chosen or (self.across.checkpoints, b"")
         # with an index, a page's entries (nearly) all match: read them whole at once;
@@ -159,10 +158,15 @@ class Listings(Upkeep):
         scan = filter if not chosen or len(filter or {}) > 1 else None
         high, low = below_range(value, ordered(below) if below is not None else None)
         budget = Budget(limit)
+        size = budget.page(scan)
+        walk = ("ZRANGE", index.order, high, low, "BYLEX", "REV", "LIMIT", 0, size)
+        if self.read_only:
+            counted, members = yield Batch((self._count_call(), Cmd(walk)))
+        else:
+            expired, counted, members = yield Batch((self.expired(), self._count_call(), Cmd(walk)))
+            yield from self.sweep(expired)
+        self._check_count(counted)
         while True:
-            size = budget.page(scan)
-            walk = ("ZRANGE", index.order, high, low, "BYLEX", "REV", "LIMIT", 0, size)
-            members = yield Cmd(walk)
             entries = self._entries(index, members)
             sources: dict[str, int] = {}
             group: Group = []
@@ -182,6 +186,9 @@ class Listings(Upkeep):
             if len(members) < size:
                 return
             high = b"(" + members[-1]
+            size = budget.page(scan)
+            walk = ("ZRANGE", index.order, high, low, "BYLEX", "REV", "LIMIT", 0, size)
+            members = yield Cmd(walk)
 
     def _entries(self, index: Index, members: list[bytes]) -> list[tuple[Entry, str]]:
         """The entries (and thread ids) of index members; a damaged one is logged and

@@ -145,20 +145,25 @@ class Upkeep(Registry):
 
     # -- the registry's sweep ---------------------------------------------------------------
 
-    def sweep(self) -> Op[None]:
-        """Forget threads whose keys have all expired: their index entries first (at most
-        SWEEP_ENTRIES per call: a thread whose entries are not all gone stays registered,
-        and the next sweep goes on), then their registry entries (if no writer touched
-        them meanwhile) and thread index entries. Read-only, nothing; on a replica opened
-        read-write, nothing either (the read that sweeps goes on)."""
+    def expired(self) -> Eval:
+        """The call that finds threads whose registry deadline passed (up to SCAN): its
+        reply is what :meth:`sweep` starts from, so a listing sends it with its first
+        page."""
+        return Eval(EXPIRED, (self.registry,), (f"{time.time() * 1000:.0f}", SCAN))
+
+    def sweep(self, flat: list[bytes]) -> Op[None]:
+        """Forget the threads of an :meth:`expired` reply whose keys have all expired:
+        their index entries first (at most SWEEP_ENTRIES per call: a thread whose entries
+        are not all gone stays registered, and the next sweep goes on), then their
+        registry entries (if no writer touched them meanwhile) and thread index entries.
+        Read-only, nothing; on a replica opened read-write, nothing either (the read that
+        sweeps goes on)."""
         if self.read_only:
             return
         with contextlib.suppress(ReadOnlyError):
-            yield from self._sweep()
+            yield from self._sweep(flat)
 
-    def _sweep(self) -> Op[None]:
-        now = f"{time.time() * 1000:.0f}"
-        flat = yield Eval(EXPIRED, (self.registry,), (now, SCAN))
+    def _sweep(self, flat: list[bytes]) -> Op[None]:
         pairs = [(m, s) for m, s in zip(flat[::2], flat[1::2], strict=True) if is_tag(m)]
         if not pairs:
             return
