@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from statekeeper.backends.postgres._database import lock_key
+from statekeeper.backends.postgres._database import Q, lock_key
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
@@ -91,6 +91,43 @@ def test_both_schemes_open_the_same_schema_and_libpq_options_reach_the_server(ur
         assert seen[0] >= 1
     with open_checkpointer(url.replace("postgres://", "postgresql://", 1)) as again:
         assert again.get_tuple(_config("t")) is not None
+
+
+def test_libpq_options_with_spaces_reach_the_server(url: str) -> None:
+    # a space in a URL's query is %20 (or +): the server must see "-c ... -c ..."
+    settings = "-c%20statement_timeout%3D12345%20-c%20lock_timeout%3D2345"
+    with open_checkpointer(f"{url}&options={settings}") as saver:
+        saver.put(_config("t"), _checkpoint(), {"step": 1}, {})
+
+        def show() -> Any:
+            a = yield Q("SHOW statement_timeout", fetch="one")
+            b = yield Q("SHOW lock_timeout", fetch="one")
+            return a, b
+
+        assert saver._db.run(show) == (("12345ms",), ("2345ms",))
+
+
+def test_the_put_statement_is_prepared_once_and_reused(url: str) -> None:
+    # a statement is prepared after a few runs of one signature: checksums among the
+    # parameters must not give it another signature at every call (int2, int4, int8...)
+    with open_checkpointer(f"{url}&pool_max_size=1") as saver:
+        parent = None
+        for step in range(40):
+            checkpoint = _checkpoint()
+            checkpoint["channel_values"] = {"n": f"value {step}"}
+            checkpoint["channel_versions"] = {"n": saver.get_next_version(None, None)}
+            config = _config("t") if parent is None else parent
+            parent = saver.put(config, checkpoint, {"step": step}, checkpoint["channel_versions"])
+
+        def prepared() -> Any:
+            rows = yield Q(
+                "SELECT count(*) FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%INSERT INTO checkpoints%%'",
+                fetch="one",
+            )
+            return rows[0]
+
+        assert saver._db.run(prepared) == 1
 
 
 def _checkpoint() -> Any:

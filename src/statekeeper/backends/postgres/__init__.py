@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.urls import StorageURL, redact
@@ -62,7 +62,9 @@ class Connection:
         URL's query and keywords; see :func:`split_options`)."""
         parts = urlsplit(url.raw)
         libpq = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in LIBPQ]
-        conninfo = parts._replace(scheme="postgresql", query=urlencode(libpq)).geturl()
+        # %20 for a space: libpq reads "+" in a URI as a plus sign, not as a space
+        query = urlencode(libpq, quote_via=quote)
+        conninfo = parts._replace(scheme="postgresql", query=query).geturl()
         made = cls(conninfo, redact(url.raw).split("?", 1)[0], **dict(options))
         made.check()
         return made

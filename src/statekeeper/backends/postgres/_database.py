@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import psycopg
+import psycopg.types.numeric
 import psycopg_pool
 from psycopg import sql
 
@@ -75,6 +76,16 @@ class Migration:
     statements: tuple[str, ...]
 
 
+# Every Python int goes to the server as bigint. psycopg would pick int2, int4, int8 or
+# numeric by each value, so a statement with a checksum among its parameters had another
+# signature at nearly every call, was never prepared (psycopg prepares a statement after
+# prepare_threshold runs of one signature) and was planned again at every call: the
+# planning of the put statement costs four times its execution.
+_ADAPTERS = psycopg.adapt.AdaptersMap(psycopg.adapters)
+_ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8Dumper)
+_ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8BinaryDumper)
+
+
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory lock key for ``parts`` (SHA-256 based)."""
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).digest()
@@ -103,7 +114,7 @@ class Database:
         self._closed = False
         self._lock = threading.Lock()
         self._apools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}  # one per event loop
-        kwargs: dict[str, Any] = {"autocommit": True}
+        kwargs: dict[str, Any] = {"autocommit": True, "context": _ADAPTERS}
         if connection.read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
         self._kwargs = kwargs
