@@ -728,6 +728,8 @@ def test_layout_3_keys_are_merged_read_only_and_indexed_on_a_read_write_open(
     admin.delete(*(slot_key(any_url, name) for name in (*INDEX_SETS, "indexed")))
     admin.set(f"{prefix_of(any_url)}:layout", "3")
     with open_checkpointer(f"{any_url}&mode=ro") as reader:
+        assert reader._plans.indexed  # layout 3 has the thread index...
+        assert not reader._plans.listed  # ...but not the checkpoint index
         assert [place(t) for t in reader.list(None)] == expected  # every thread merged
         assert_lists_as_scanned(reader, threads, FILTERS)
         assert [h.thread_id for h in reader.thread_heads(limit=10)] == threads[::-1]

@@ -174,13 +174,13 @@ return redis.call('HGETALL', KEYS[1])
 """
 )
 
-# KEYS: the registry, its count, then every other key of the slot. Deletes them all once
-# no thread is registered (what is left in the indexes is stale); reply 1 when they are
-# gone, 0 (nothing deleted) while a thread is left.
+# KEYS: the registry, its count, then every other key of the slot. Unlinks them all once
+# no thread is registered (what is left in the indexes is stale: Redis frees it in the
+# background); reply 1 when they are gone, 0 (nothing deleted) while a thread is left.
 FORGET = Script(
     """
 if redis.call('ZCARD', KEYS[1]) > 0 then return 0 end
-redis.call('DEL', unpack(KEYS))
+redis.call('UNLINK', unpack(KEYS))
 return 1
 """
 )
