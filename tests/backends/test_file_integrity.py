@@ -597,8 +597,9 @@ def test_graph_get_state_and_resume_on_a_damaged_thread_are_exact_or_raise(
 
 def to_format_2(root: Path) -> None:
     """Make ``root`` what the previous statekeeper wrote (format 2, docs/file-backend.md):
-    no heads or manifests; each line the checksum of its JSON and the JSON (no chained
-    checksum); headers of version 2 without a generation."""
+    no heads, manifests or index; each line the checksum of its JSON and the JSON (no
+    chained checksum); headers of version 2 without a generation."""
+    shutil.rmtree(root / "index")
     for path in [*root.rglob("*.head"), *root.rglob("@namespaces")]:
         path.unlink()
     for log in [*root.rglob("checkpoints"), *root.rglob("writes")]:
@@ -645,8 +646,10 @@ def test_a_format_2_directory_is_read_as_it_is_read_only_and_upgraded_read_write
     heads = [
         f"{d}/{log}.head" for d in (CHILD, NS, "threads/u/~") for log in ("checkpoints", "writes")
     ]
-    assert added == sorted([*heads, "threads/t/@namespaces", "threads/u/@namespaces"])
-    assert json.loads(new["statekeeper.json"])["version"] == 3
+    index = [f"index/{name}" for name in ("state", "journal-1", "journal-1.head")]
+    index += ["index/checkpoints-1", "index/heads-1"]  # built from every log, once
+    assert added == sorted([*heads, *index, "threads/t/@namespaces", "threads/u/@namespaces"])
+    assert json.loads(new["statekeeper.json"])["version"] == 4
 
     with FileCheckpointer(root) as saver:  # new lines chain to the old ones
         newest = snapshot[("t", "")]["list"][0]

@@ -1,15 +1,20 @@
-"""Opening the directory of a file checkpointer: its format marker, read-only mode, and
-the upgrade of a directory written in format 2 (before logs had heads).
+"""Opening the directory of a file checkpointer: its format marker, read-only mode, the
+upgrade of a directory written in an older format, and the names of its locks and of the
+folders a copy builds in ``trash/``.
 
-``statekeeper.json`` names the format and its version. Version 3 (this one) adds a head
-beside each log and a manifest in each thread folder (see :mod:`._log`); its lines chain
-to the line before. A format 2 directory opened read-write is upgraded in place, without
-rewriting a line: each thread in turn, under its locks, gets a head for each log as the
-log is (every complete line counts as committed) and a manifest of the namespaces it has;
-then the marker says 3. Its old lines stay as they are, new lines chain to them. A format
-2 directory opened read-only is read as it is (lines and files checked by their own
-checksums; without heads, a log cut at a line boundary cannot be told from a shorter
-history).
+``statekeeper.json`` names the format and its version. Version 3 added a head beside each
+log and a manifest in each thread folder (see :mod:`._log`); its lines chain to the line
+before. Version 4 (this one) adds the index (``index/``, :mod:`._log.catalog`), which
+every write keeps: a statekeeper that does not know it would write without keeping it, so
+it must refuse the directory (the marker tells it to). A directory in format 3 or 2 opened
+read-write is upgraded in place, without rewriting a line: a format 2 one first gets,
+thread by thread under its locks, a head for each log as the log is (every complete line
+counts as committed) and a manifest of its namespaces; then the marker says 4, and the
+checkpointer builds the index (one read of every log) before it is used. Old lines stay
+as they are, new lines chain to them. Opened read-only, a directory in format 2 or 3 is
+read as it is (lines and files checked by their own checksums; without heads, a log cut
+at a line boundary cannot be told from a shorter history; without an index, listings read
+every thread).
 """
 
 from __future__ import annotations
@@ -30,10 +35,21 @@ from statekeeper.backends.file._log.write import head_for
 from statekeeper.backends.file._namespace import names_in
 from statekeeper.errors import ConfigurationError, SchemaVersionError, StorageNotFoundError
 
-__all__ = ["FORMAT_FILE", "VERSION", "WRITES_LOCK", "Opened", "open_directory", "thread_locks"]
+__all__ = [
+    "FORMAT_FILE",
+    "HEADS",
+    "VERSION",
+    "WRITES_LOCK",
+    "Opened",
+    "open_directory",
+    "thread_locks",
+    "trash_lock",
+    "trash_name",
+]
 
 FORMAT_FILE = "statekeeper.json"
-VERSION = 3
+VERSION = 4
+HEADS = 3  # the first version whose logs have heads
 _OLDEST = 2  # the oldest format read (and upgraded)
 _NAME = "statekeeper-file"
 _SUBDIRS = ("threads", "locks", "quarantine", "trash")
@@ -52,6 +68,22 @@ class Opened(NamedTuple):
 def thread_locks(name: str) -> tuple[str, str]:
     """Both lock names of the thread folder ``name``, in the order they are taken."""
     return name, name + WRITES_LOCK
+
+
+def trash_name(kind: str, lock: str) -> str:
+    """A fresh ``trash/`` folder name for a copy (``kind`` ``"copy"`` or ``"replaced"``)
+    made under the lock named ``lock``: ``<kind>-<16 hex digits>-<lock>``. verify() removes
+    such a leftover of a crash while it holds that lock, so never one still in use."""
+    return f"{kind}-{os.urandom(8).hex()}-{lock}"
+
+
+def trash_lock(name: str) -> str | None:
+    """The lock under which the ``trash/`` folder ``name`` (from :func:`trash_name`) was
+    made; None if it is not such a folder."""
+    kind, _, rest = name.partition("-")
+    random, _, lock = rest.partition("-")
+    ours = kind in ("copy", "replaced") and len(random) == 16 and lock[:1] not in ("", ".")
+    return lock if ours else None
 
 
 def writable(root: Path) -> bool:
@@ -94,8 +126,10 @@ def open_directory(root: Path, *, read_only: bool, durable: bool, locks: KeyLock
             created = True
     if created:  # else a power loss could lose threads/ with everything put in it
         sync_dir(root)
-    if version < VERSION:
+    if version < HEADS:
         _upgrade(root, locks, durable=durable)
+    if version < VERSION:
+        _write_marker(root, durable=durable)  # the checkpointer builds the index next
     return Opened(VERSION, False)
 
 
@@ -143,13 +177,12 @@ def _write_marker(root: Path, *, durable: bool) -> None:
 
 def _upgrade(root: Path, locks: KeyLocks, *, durable: bool) -> None:
     """Give every log of a format 2 directory its head and every thread its manifest,
-    thread by thread under its locks; then mark the directory format 3."""
+    thread by thread under its locks."""
     threads = root / "threads"
     for name in names_in(threads):
         if (threads / name).is_dir():
             with locks.hold(*thread_locks(name)):
                 _upgrade_thread(threads / name, durable=durable)
-    _write_marker(root, durable=durable)
 
 
 def _upgrade_thread(thread_dir: Path, *, durable: bool) -> None:

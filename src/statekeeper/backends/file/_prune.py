@@ -17,6 +17,7 @@ from statekeeper._storage.files import storage_error
 from statekeeper._storage.lineage import keep_latest_ids
 from statekeeper.backends.file._layout import value_file_name
 from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.catalog import Change
 from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, Entry
 from statekeeper.backends.file._namespace import (
     Damaged,
@@ -32,7 +33,7 @@ from statekeeper.backends.file._values import walk
 __all__ = ["collect_values", "drop", "drop_runs", "keep_latest"]
 
 
-def keep_latest(store: Store, n: Namespace) -> None:
+def keep_latest(store: Store, n: Namespace, change: Change) -> None:
     """``prune(strategy="keep_latest")`` of one namespace (see _storage.lineage.keep_latest_ids)."""
     with reporting(n):
         entries = n.entries()
@@ -47,25 +48,31 @@ def keep_latest(store: Store, n: Namespace) -> None:
             lambda channels: walk(n, view, newest, channels)[0],
         )
     if doomed := {e.checkpoint_id for e in live} - keep:
-        drop(store, n, entries, doomed)
+        drop(store, n, entries, doomed, change)
 
 
-def drop_runs(store: Store, n: Namespace, run_ids: set[str]) -> None:
+def drop_runs(store: Store, n: Namespace, run_ids: set[str], change: Change) -> None:
     """``delete_for_runs`` in one namespace."""
     with reporting(n):
         entries = n.entries()
     if doomed := {e.checkpoint_id for e in entries if e.run_id in run_ids}:
-        drop(store, n, entries, doomed)
+        drop(store, n, entries, doomed, change)
 
 
-def drop(store: Store, n: Namespace, entries: list[Entry], doomed: set[str]) -> None:
+def drop(
+    store: Store, n: Namespace, entries: list[Entry], doomed: set[str], change: Change
+) -> None:
     """Delete checkpoints of ``n`` with their writes, then the value files no
     remaining line uses. Rewriting the ``checkpoints`` file is the commit; the rest
     happens after it (a crash in between leaves unused writes lines and files, never a
-    checkpoint without its values). The caller holds both locks of the thread."""
+    checkpoint without its values). The caller holds both locks of the thread. The index
+    hears of it through ``change``: the thread's head is pending before (in the root
+    namespace), the checkpoints deleted after."""
     kept = retire(entries, doomed)
     with reporting(n):
         writes = n.write_entries()
+    if n.ns == "":
+        change.pending()
     try:
         _log.rewrite(n.index, CHECKPOINTS, n.thread_id, n.ns, kept, durable=store.durable)
         if any(e.checkpoint_id in doomed for e in writes):
@@ -73,6 +80,7 @@ def drop(store: Store, n: Namespace, entries: list[Entry], doomed: set[str]) -> 
             _log.rewrite(n.writes_log, WRITES, n.thread_id, n.ns, left, durable=store.durable)
     except OSError as exc:
         raise storage_error(exc, "delete checkpoints in", n.dir) from exc
+    change.drop(n.ns, sorted(doomed))
     collect_values(store, n, files_of(kept))
 
 

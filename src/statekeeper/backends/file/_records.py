@@ -2,7 +2,7 @@
 
 ::
 
-    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 3}
+    <root>/statekeeper.json                   {"format": "statekeeper-file", "version": 4}
     <root>/threads/<thread>/@namespaces       the thread's manifest (_log.manifest)
     <root>/threads/<thread>/<namespace>/      one folder per (thread, namespace); names
         checkpoints, checkpoints.head         from _layout.file_name; the files in
@@ -13,6 +13,8 @@
     <root>/quarantine/                        damaged files moved aside by verify()
     <root>/trash/                             threads being deleted or copied
     <root>/claims/                            run claims (claim_thread), by hashed thread id
+    <root>/index/                             the threads and checkpoints, newest first
+                                              (_log.catalog: what listings read)
 
 Value files are written through a temporary file and a rename and never modified in
 place, so a copied thread shares them through hard links; the ``checkpoints`` and
@@ -37,10 +39,13 @@ from statekeeper._storage.files import (
 )
 from statekeeper._storage.files import sync_dir as _sync_dir
 from statekeeper.backends.file._directory import (
+    HEADS,
     VERSION,
     WRITES_LOCK,
     open_directory,
     thread_locks,
+    trash_lock,
+    trash_name,
 )
 from statekeeper.backends.file._layout import (
     decode_name,
@@ -48,6 +53,7 @@ from statekeeper.backends.file._layout import (
     is_hashed,
 )
 from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.catalog import Catalog
 from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex, Entry
 from statekeeper.backends.file._log.manifest import MANIFEST, listed, write_manifest
 from statekeeper.backends.file._log.view import IndexView
@@ -66,22 +72,6 @@ __all__ = ["CLAIMS_DIR", "Store", "thread_locks", "trash_lock", "trash_name"]
 # Beside threads/, never inside it: no thread, namespace or lock name can be this folder.
 CLAIMS_DIR = "claims"
 log = logging.getLogger("statekeeper.backends.file.checkpointer")
-
-
-def trash_name(kind: str, lock: str) -> str:
-    """A fresh ``trash/`` folder name for a copy (``kind`` ``"copy"`` or ``"replaced"``)
-    made under the lock named ``lock``: ``<kind>-<16 hex digits>-<lock>``. verify() removes
-    such a leftover of a crash while it holds that lock, so never one still in use."""
-    return f"{kind}-{os.urandom(8).hex()}-{lock}"
-
-
-def trash_lock(name: str) -> str | None:
-    """The lock under which the ``trash/`` folder ``name`` (from :func:`trash_name`) was
-    made; None if it is not such a folder."""
-    kind, _, rest = name.partition("-")
-    random, _, lock = rest.partition("-")
-    ours = kind in ("copy", "replaced") and len(random) == 16 and lock[:1] not in ("", ".")
-    return lock if ours else None
 
 
 class Store:
@@ -109,7 +99,11 @@ class Store:
         except OSError as exc:
             raise storage_error(exc, "set up the checkpoint directory", root) from exc
         self.read_only = opened.read_only
-        self.heads = opened.version == VERSION  # (the other one read is 2, without heads)
+        self.heads = opened.version >= HEADS  # (a format 2 directory read as it is has none)
+        self.catalog = Catalog(
+            root, read_only=self.read_only, durable=durable, lock_timeout=lock_timeout
+        )
+        self.catalog.used = opened.version >= VERSION  # else read as it is: listings scan
 
     def sync(self, *folders: Path) -> None:
         """Make the creations, renames and removals in ``folders`` durable."""
@@ -268,12 +262,13 @@ class Store:
             raise
 
     def _missing_log(self, n: Namespace) -> None:
-        """Raise CorruptCheckpointError if ``n``'s missing ``checkpoints`` log had lines."""
+        """Raise CorruptCheckpointError if ``n``'s missing ``checkpoints`` log had lines
+        (unless it is there now: a copy published the thread between the two reads)."""
         try:
             lost = n.missing(CHECKPOINTS)
         except DamagedIndex as damage:
             raise corrupt_error(n, None, n.dir.parent, str(damage), damage.record) from None
-        if lost is not None:
+        if lost is not None and not n.index.exists():
             found = lost.damage
             raise corrupt_error(n, found.checkpoint_id, n.index, str(found), found.record)
 

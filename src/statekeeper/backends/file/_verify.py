@@ -31,6 +31,11 @@ are ignored.
 Repair (:func:`~._log.check.repair_log`) rebuilds heads and manifests from what is there,
 writes a log with a broken chain again, and never removes a line: what was lost was
 reported.
+
+Last, the index (``index/``) is checked against each thread, under its locks: damaged or
+missing files, a checkpoint it lacks, a head other than the thread's are reported (what a
+killed writer leaves, the index ahead of the threads, is not damage). A repair or a
+quarantine that changed anything, or found the index damaged or ahead, rebuilds it.
 """
 
 from __future__ import annotations
@@ -39,13 +44,14 @@ import contextlib
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
 from statekeeper._storage.deltas import MAX_CHAIN
 from statekeeper._storage.files import TEMP_PREFIX, read_bytes, replace_file, sync_dir
+from statekeeper.backends.file._directory import trash_lock
 from statekeeper.backends.file._layout import (
     decode_name,
     file_name,
@@ -53,6 +59,7 @@ from statekeeper.backends.file._layout import (
     value_file_name,
 )
 from statekeeper.backends.file._log import write as _log
+from statekeeper.backends.file._log.catalog_view import Audit
 from statekeeper.backends.file._log.check import LogCheck, check_log, repair_log
 from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex, Entry
 from statekeeper.backends.file._log.manifest import MANIFEST, read_manifest, write_manifest
@@ -66,7 +73,8 @@ from statekeeper.backends.file._namespace import (
     read_record,
     record_names,
 )
-from statekeeper.backends.file._records import Store, thread_locks, trash_lock
+from statekeeper.backends.file._reads import scan_thread, scan_threads
+from statekeeper.backends.file._records import Store, thread_locks
 from statekeeper.backends.file._retire import retire
 from statekeeper.backends.file._values import record_of
 from statekeeper.checkpointers.semantics import version_key
@@ -105,6 +113,8 @@ def verify(store: Store, *, quarantine: bool, repair: bool) -> list[CorruptFile]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
     asked = _Asked(quarantine, repair, stamp)
     found: list[CorruptFile] = []
+    catalog = store.catalog
+    audit = Audit(catalog.contents, catalog.stamp) if catalog.used else None
     for thread_name in names_in(store.threads):
         thread_dir = store.threads / thread_name
         if not thread_dir.is_dir():
@@ -112,8 +122,19 @@ def verify(store: Store, *, quarantine: bool, repair: bool) -> list[CorruptFile]
         locks = thread_locks(thread_name)  # named after the folder
         held = store.locks.hold_shared(*locks) if store.read_only else store.locks.hold(*locks)
         with held:
+            if audit is not None and (scanned := scan_thread(store, thread_dir)).thread_id:
+                audit.check(scanned.thread_id, scanned.checkpoints, scanned.head)  # as found
             found.extend(_verify_thread(store, thread_dir, asked))
-    return found
+    if audit is None:
+        return found
+    index = [
+        CorruptFile(path or catalog.folder, reason, record="index")
+        for reason, path in audit.findings()
+    ]
+    if (quarantine or repair) and (index or audit.ahead or found):  # rebuilt: reads use it
+        catalog.rebuild(lambda: scan_threads(store), wait=True)
+        index = [replace(f, reason=f"{f.reason} [rebuilt from the threads]") for f in index]
+    return found + index
 
 
 def _verify_thread(store: Store, thread_dir: Path, asked: _Asked) -> list[CorruptFile]:

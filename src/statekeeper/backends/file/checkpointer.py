@@ -29,17 +29,20 @@ Guarantees:
   committed checkpoints.
 * Cost: ``get_tuple`` (latest) and ``list(thread, limit=n)`` read the end of the
   ``checkpoints`` file and bisect the logs for values stored by earlier checkpoints and
-  for pending writes, so they cost about the same for ten checkpoints or ten thousand. A
-  ``put`` and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more);
-  moving a head flushes nothing.
+  for pending writes, so they cost about the same for ten checkpoints or ten thousand.
+  ``thread_heads`` and ``list(None, limit=n)`` read a page of the directory's index
+  (``index/``, kept by every write) and check each entry against its thread's log, so
+  they cost about the same for ten threads or ten thousand; an index that is missing,
+  damaged or not yet rebuilt is never trusted (they read every thread instead). A ``put``
+  and a ``put_writes`` flush to disk once each (a value over 64 KiB twice more); moving a
+  head and the index's lines flush nothing.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import heapq
-import os
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, Unpack
@@ -52,20 +55,28 @@ from statekeeper._storage.claims import LockFileClaims
 from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
 from statekeeper._storage.payload import safe_serde
 from statekeeper.backends.file import DirectoryOptions, directory_path, opening
-from statekeeper.backends.file._log.head import head_path, read_head
-from statekeeper.backends.file._log.lines import CHECKPOINTS, DamagedIndex, Entry, make_entry
+from statekeeper.backends.file._log.catalog import Catalog, Change
+from statekeeper.backends.file._log.lines import Entry, make_entry
 from statekeeper.backends.file._namespace import (
     Namespace,
     reporting,
     short,
 )
 from statekeeper.backends.file._prune import drop_runs, keep_latest
-from statekeeper.backends.file._reads import Reader, delta_history, task_writes
+from statekeeper.backends.file._reads import (
+    Reader,
+    delta_history,
+    listing,
+    root_head,
+    scan_threads,
+    task_writes,
+    thread_heads,
+)
 from statekeeper.backends.file._records import CLAIMS_DIR, Store
 from statekeeper.backends.file._values import Memo, place_values, plan_values
 from statekeeper.backends.file._verify import verify
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
-from statekeeper.checkpointers.heads import Head, newest_heads
+from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import (
     ON_CORRUPT,
@@ -83,6 +94,8 @@ from statekeeper.errors import (
 from statekeeper.urls import StorageURL, parse_options
 
 __all__ = ["ON_CORRUPT", "FileCheckpointer"]
+
+log = logging.getLogger("statekeeper.backends.file.checkpointer")
 
 Damages = list[Damage]  # named here: the class has a method called list
 Heads = list[Head]
@@ -104,8 +117,9 @@ class FileCheckpointer(Checkpointer):
     Args:
         path: the directory; created if missing (``mode="rw"``). An existing non-empty
             directory must already be a statekeeper file store (it holds
-            ``statekeeper.json``); one written by an older statekeeper (format 2) is
-            upgraded on a read-write open, without rewriting its history.
+            ``statekeeper.json``); one written by an older statekeeper (format 2 or 3) is
+            upgraded on a read-write open, without rewriting its history (its index is
+            built then, reading every log once).
         serde: the serializer for every payload (default: :func:`safe_serde`).
         compress: zlib-compress payloads of 1 KiB or more when that saves space.
         on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
@@ -156,6 +170,8 @@ class FileCheckpointer(Checkpointer):
         )
         self.read_only = self._store.read_only
         self._closed = False
+        if not self.read_only:
+            _open_index(self._store, self._store.catalog)
         # the last list written per (thread, namespace, channel): what a delta builds on
         self._recent = RecentPayloads()
         self._values = ValuePlanner(self._recent, compress)
@@ -220,19 +236,11 @@ class FileCheckpointer(Checkpointer):
         store = self._open_store()
 
         first_page = min(limit or 16, 16)
-
         memos: dict[Namespace, Memo] = {}  # payloads rebuilt from deltas, per namespace
         seen: dict[Namespace, dict[str, Entry]] = {}  # lines read, per namespace
-
-        def stream(n: Namespace) -> Iterator[tuple[tuple[str, str, str], Namespace, Entry]]:
-            lines = seen.setdefault(n, {})
-            for entry in store.newest(n, below, checkpoint_id, page=first_page, seen=lines):
-                yield (entry.checkpoint_id, n.thread_id, n.ns), n, entry
-
         remaining = limit
-        streams = map(stream, store.scope(thread_id, ns))
-        merged = heapq.merge(*streams, key=lambda item: item[0], reverse=True)
-        for _, n, entry in merged:
+        scope = (thread_id, ns, checkpoint_id)
+        for _, n, entry in listing(store, scope, below, first_page, seen):
             reader = Reader(self.serde, store, n, self._recent, memos.setdefault(n, {}), seen[n])
             loaded = reader.load(entry, may_skip=True, filter=filter)
             if loaded is None:
@@ -244,21 +252,11 @@ class FileCheckpointer(Checkpointer):
                     return
 
     def _thread_heads(self, limit: int, after: Head | None) -> Heads:
-        """Each thread's newest root checkpoint id, from its root log's head when the log
-        ends where the head says (one small read and a ``stat``), else from the log's last
-        line. There is no index file, so a page costs O(threads) small reads, not O(limit)
-        (docs/file-backend.md, "What reading costs")."""
-        store = self._open_store()
-        heads = []
-        for thread_id in store.thread_ids():
-            n = store.namespace(thread_id, "")
-            newest = _head_newest(n.index) if store.heads else None
-            if newest is None:
-                entry = next(store.newest(n, None), None)
-                newest = entry.checkpoint_id if entry is not None else None
-            if newest is not None:
-                heads.append(Head(thread_id, newest))
-        return newest_heads(heads, limit, after)
+        """Each thread's newest root checkpoint id, from the index (``index/``): a page
+        costs O(limit) small reads, each head checked against its thread's log; or, when
+        there is no index to trust (a directory read as it was written before it had one,
+        one damaged or being rebuilt), from every thread's root log: O(threads)."""
+        return thread_heads(self._open_store(), limit, after)
 
     def get_writes(self, config: RunnableConfig) -> TaskWrites:
         """See :meth:`Checkpointer.get_writes`: the writes ``get_tuple`` returns, with their
@@ -296,7 +294,7 @@ class FileCheckpointer(Checkpointer):
         type_, codec, body = prepared.checkpoint
         store = self._open_store()
         n = store.namespace(thread_id, ns)
-        with store.checkpoints_lock(thread_id):
+        with store.checkpoints_lock(thread_id), self._change(thread_id) as change:
             store.ensure(n)
             with reporting(n, checkpoint_id), store.index(n, writable=True) as view:
                 placed = place_values(n, view, prepared, plans)
@@ -314,7 +312,12 @@ class FileCheckpointer(Checkpointer):
                         "checkpoint": base64.b64encode(body).decode("ascii"),
                     }
                 )
+                prior = view.last.checkpoint_id if view.last is not None else None
+                change.intent(ns, [checkpoint_id])  # announced in the index first
                 store.commit(n, view, entry)
+                if ns == "":
+                    change.head(max(prior or checkpoint_id, checkpoint_id))
+        self._compact(change)
         for channel, remembered in placed.remember.items():  # only now: it is committed
             self._recent.put((thread_id, ns, channel), remembered)
 
@@ -347,16 +350,21 @@ class FileCheckpointer(Checkpointer):
         """One rename per thread makes the whole thread disappear at once."""
         store = self._open_store()
         for thread_id in thread_ids:
-            with store.lock(thread_id):
-                store.remove_thread(thread_id)
+            with store.lock(thread_id), self._change(thread_id) as change:
+                if store.thread_dir(thread_id).exists():
+                    change.pending()
+                    store.remove_thread(thread_id)
+                    change.gone()
+            self._compact(change)
 
     def _delete_runs(self, run_ids: Sequence[str]) -> None:
         ids = set(run_ids)
         store = self._open_store()
         for thread_id in store.thread_ids():
-            with store.lock(thread_id):
+            with store.lock(thread_id), self._change(thread_id) as change:
                 for n in store.namespaces(thread_id):
-                    drop_runs(store, n, ids)
+                    drop_runs(store, n, ids, change)
+            self._compact(change)
 
     def _copy_thread(self, source: str, target: str) -> None:
         """Copy the source's folders (its immutable value files shared), published with
@@ -368,15 +376,31 @@ class FileCheckpointer(Checkpointer):
                     f"cannot copy thread {short(source)} into {short(target)}: the target "
                     "already has checkpoints; delete it first or choose a new thread id"
                 )
-            with reporting(store.namespace(source, "")):
+            with reporting(store.namespace(source, "")), self._change(target) as change:
+                for n in store.namespaces(source):  # announced in the index first
+                    change.intent(n.ns, [e.checkpoint_id for e in n.entries() if not e.deleted])
+                change.pending()
                 store.copy_thread(source, target)
+        self._compact(change)
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
         store = self._open_store()
         for thread_id in ids:
-            with store.lock(thread_id):
+            with store.lock(thread_id), self._change(thread_id) as change:
                 for n in store.namespaces(thread_id):
-                    keep_latest(store, n)
+                    keep_latest(store, n, change)
+            self._compact(change)
+
+    def _change(self, thread_id: str) -> contextlib.AbstractContextManager[Change]:
+        """The index's record of a change of ``thread_id``, made in the block (the caller
+        holds the thread's lock)."""
+        store = self._open_store()
+        return store.catalog.change(thread_id, lambda: root_head(store, thread_id))
+
+    def _compact(self, change: Change) -> None:
+        """Compact the index if ``change`` found it due (called holding no thread lock)."""
+        store = self._store
+        store.catalog.compact(change, lambda thread_id: root_head(store, thread_id))
 
     # -- DeltaChannel support ------------------------------------------------------------
 
@@ -434,17 +458,12 @@ class FileCheckpointer(Checkpointer):
         ]
 
 
-def _head_newest(log: Path) -> str | None:
-    """The id of ``log``'s last line as its head says, if the log ends where the head
-    says (no line past it, no rewrite under way); else ``None``: read the log. The last
-    line is never a deleted one (a deleted line is kept only for newer checkpoints)."""
-    try:
-        fd = os.open(head_path(log), os.O_RDONLY)
-        try:
-            head = read_head(fd, log, CHECKPOINTS)
-        finally:
-            os.close(fd)
-        size = log.stat().st_size
-    except (OSError, DamagedIndex):
-        return None
-    return head.newest if head.newest and head.lines and size == head.end else None
+def _open_index(store: Store, catalog: Catalog) -> None:
+    """Build the index if it must be before it is used (read-write opens only): the
+    directory was written before it had one, or the machine restarted since it was written
+    (its last lines may be lost), or it is missing or damaged. Skipped if another process
+    is building it (reads meanwhile read every thread)."""
+    if (reason := catalog.stale()) is None:
+        return
+    log.info("building the index of %s (%s)", store.root, reason)
+    catalog.rebuild(lambda: scan_threads(store), wait=False, only_if_stale=True)

@@ -40,6 +40,7 @@ __all__ = [
     "SLOT",
     "SUFFIX",
     "Head",
+    "head_newest",
     "head_path",
     "initial_head",
     "kept",
@@ -155,3 +156,19 @@ def write_head(fd: int, head: Head) -> None:
 def initial_head(path: Path, head: Head, *, durable: bool) -> None:
     """(Re)write the head at ``path`` whole, both slots ``head``, atomically (a rename)."""
     replace_file(path, _slot(head) * 2, durable=durable)
+
+
+def head_newest(log: Path) -> str | None:
+    """The id of ``log``'s last line as its head says, if the log ends where the head
+    says (no line past it, no rewrite under way); else ``None``: read the log. The last
+    line is never a deleted one (a deleted line is kept only for newer checkpoints)."""
+    try:
+        fd = os.open(head_path(log), os.O_RDONLY)
+        try:
+            head = read_head(fd, log, "checkpoints")
+        finally:
+            os.close(fd)
+        size = log.stat().st_size
+    except (OSError, DamagedIndex):
+        return None
+    return head.newest if head.newest and head.lines and size == head.end else None
