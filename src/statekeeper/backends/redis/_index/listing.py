@@ -228,7 +228,9 @@ class Listings(Upkeep):
         """One thread's checkpoints whose metadata has the chosen key's value, newest
         first: ``place`` is (thread id, namespace or None: all, checkpoint id or None: all,
         the id to list below). A page of the thread-first set, then one READ of its refs
-        (in the namespace), each checked with the whole filter."""
+        (in the namespace), each checked with the whole filter: when the chosen key is the
+        whole filter, a page as long as the limit still allows, read whole; else a full
+        page of records, and the matches read whole."""
         thread_id, ns, checkpoint_id, below = place
         index, value = chosen
         keys = self.keys(thread_id)
@@ -240,8 +242,9 @@ class Listings(Upkeep):
         else:
             high, low = below_range(prefix, ordered(below) if below is not None else None)
         ens = ordered(ns) if ns is not None else None
+        exact = len(filter) == 1  # the index selects the matches (the check is a formality)
         while True:
-            size = budget.page(filter)
+            size = budget.page(None if exact else filter)
             members = yield Cmd(
                 ("ZRANGE", index.by_thread, high, low, "BYLEX", "REV", "LIMIT", 0, size)
             )
@@ -252,10 +255,14 @@ class Listings(Upkeep):
                     _damaged(index, member, by_thread=True)
                 elif ens is None or entry.ns == ens:
                     entries[entry.ref] = entry
-            items = []
+            items: list[Item] = []
             if entries:
-                items = yield from self._read(thread_id, keys, "f", "refs", *entries, known=known)
+                what, hint = ("f", known) if exact else ("r", ())
+                items = yield from self._read(thread_id, keys, what, "refs", *entries, known=hint)
             found, stale = self._sorted(thread_id, items, filter, entries)
+            if found and not exact:
+                refs = [item[0] for item in found]
+                found = yield from self._read(thread_id, keys, "f", "refs", *refs, known=known)
             if stale and not self.read_only:
                 yield from self._drop_stale(index, stale)
             if (yield from self._emit_page(serde, (thread_id, keys), found, (known, data), budget)):
