@@ -320,6 +320,9 @@ def open_commit_floor(path: Path) -> Iterator[Store]:
         saver.close()
 
 
+FLOORS = ("floor", "commit")  # rows that measure a floor, not a saver of their own
+
+
 @dataclass(frozen=True)
 class Backend:
     key: str  # for --savers

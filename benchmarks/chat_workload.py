@@ -27,7 +27,11 @@ Two rows give the networked savers a scale: LangGraph's ``PostgresSaver``, its o
 over a network (needs the ``dev`` extra, which ``make bench`` installs, and PostgreSQL at
 ``$POSTGRES_URL``, default the local server), and the loopback floor, an ``InMemorySaver``
 that makes one bare ``PING`` round trip to Redis per ``get_tuple``, ``put`` and
-``put_writes``: what a turn's six round trips cost before any storage work. Ratios of
+``put_writes``: what a turn's six round trips cost before any storage work. The SQLite
+floor (``commit``) does the same for the embedded savers: an ``InMemorySaver`` that also
+commits one small SQLite transaction (WAL, ``synchronous=NORMAL``, as statekeeper's
+SQLite) per ``put`` and ``put_writes``: what durability costs before any storage logic.
+Ratios of
 every other row to each LangGraph saver are printed under the table (< 1 means faster or
 smaller). This is a benchmark, not a test: nothing is asserted about the numbers.
 
@@ -36,6 +40,7 @@ Run it with ``make bench`` or::
     .venv/bin/python benchmarks/chat_workload.py                  # 3 threads x 200 turns
     .venv/bin/python benchmarks/chat_workload.py --threads 2 --turns 50 --savers memory,ours
     .venv/bin/python benchmarks/chat_workload.py --savers memory,floor,redis,postgres
+    .venv/bin/python benchmarks/chat_workload.py --savers memory,commit,ours
     .venv/bin/python benchmarks/chat_workload.py --json           # machine-readable results
 """
 

@@ -84,9 +84,9 @@ ROWS = [
     *(b for b in BACKENDS if b.key in ("memory", "sqlite")),
     Backend("ours", "statekeeper SqliteCheckpointer (index_metadata=user)", _open_ours_indexed),
     Backend("file", "statekeeper FileCheckpointer (fsync=false)", _open_file_unsynced),
-    Backend(  # (index_metadata=user, see the docstring; the label is pinned by a test)
+    Backend(
         "redis",
-        "statekeeper RedisCheckpointer",
+        "statekeeper RedisCheckpointer (index_metadata=user)",
         lambda path: open_ours_redis(path, index_metadata=["user"]),
     ),
 ]

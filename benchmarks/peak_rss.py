@@ -43,9 +43,9 @@ from _report import (
     rotated,
     table,
 )
-from _savers import BACKENDS
+from _savers import BACKENDS, FLOORS
 
-KEYS = [b.key for b in BACKENDS if b.key != "floor"]
+KEYS = [b.key for b in BACKENDS if b.key not in FLOORS]
 COLUMNS = {
     "peak_mib": "peak MiB",
     "baseline_mib": "baseline MiB",

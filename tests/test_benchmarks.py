@@ -36,17 +36,20 @@ def _run(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) 
 def test_chat_workload_runs_every_local_saver(tmp_path: Path) -> None:
     out = _run(
         "chat_workload.py",
-        *("--threads", "1", "--turns", "3", "--savers", "memory,sqlite,ours,file", "--json"),
+        *("--threads", "1", "--turns", "3", "--savers", "memory,sqlite,commit,ours,file"),
+        "--json",
         cwd=tmp_path,
     )
     results = json.loads(out)["results"]
     assert [r["saver"] for r in results] == [
         "LangGraph InMemorySaver",
         "LangGraph SqliteSaver",
+        "SQLite floor (InMemorySaver + 1 commit per write)",
         "statekeeper SqliteCheckpointer",
         "statekeeper FileCheckpointer",
     ]
-    assert all(r["error"] is None and r["bytes"] > 0 for r in results)
+    assert all(r["error"] is None for r in results)
+    assert [r["bytes"] is None for r in results] == [False, False, True, False, False]
     assert all(r["checkpoints_per_thread"] == 9 for r in results)
 
 
@@ -120,13 +123,14 @@ def test_global_scan_runs_every_saver(tmp_path: Path) -> None:
     assert [r["saver"] for r in results] == [
         "LangGraph InMemorySaver",
         "LangGraph SqliteSaver",
-        "statekeeper SqliteCheckpointer",
+        "statekeeper SqliteCheckpointer (index_metadata=user)",
         "statekeeper FileCheckpointer (fsync=false)",
-        "statekeeper RedisCheckpointer",
+        "statekeeper RedisCheckpointer (index_metadata=user)",
     ]
     assert all(r["error"] is None for r in results), results
     assert all(r[c] > 0 for r in results for c in ("list_ms", "filter_ms", "threads_ms"))
-    assert "statekeeper RedisCheckpointer / LangGraph SqliteSaver" in payload["ratios"]
+    ratio = "statekeeper RedisCheckpointer (index_metadata=user) / LangGraph SqliteSaver"
+    assert ratio in payload["ratios"]
 
 
 def test_thread_growth_runs(tmp_path: Path) -> None:
