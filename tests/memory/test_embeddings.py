@@ -12,6 +12,7 @@ pytest.importorskip("wordllama")
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.embeddings import STATIC_DIMS, StaticEmbeddings, _read_model
 from statekeeper.memory.store import open_store
+from statekeeper.memory.store.search import Fusion
 
 
 def test_loads_and_embeds_with_sockets_disabled(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,3 +55,30 @@ def test_similarity_adds_to_the_lexical_score_and_never_dilutes_it(url: str) -> 
 def test_wrong_dims_for_the_static_model_are_refused() -> None:
     with pytest.raises(ConfigurationError, match="256 dimensions"):
         open_store("memory://", index={"embed": "static", "dims": 3})
+
+
+def test_similarity_needs_lexical_support_to_count() -> None:
+    """The static model's similarity adds to a lexical score of at least its
+    ``lexical_support`` only: alone it lifted unrelated notes above recall's floor."""
+    support = StaticEmbeddings.lexical_support
+    fusion = Fusion(0.5, StaticEmbeddings.similarity_floor, support)
+    assert fusion.score(support / 2, 1.0) == support / 2
+    assert fusion.score(support, 1.0) == pytest.approx(1 - (1 - support) * 0.5)
+    assert fusion.score(0.9, 0.0) == 0.9
+    assert Fusion(0.5, 0.35).score(0.0, 1.0) == 0.5  # no support given: similarity alone counts
+    assert Fusion(0.5, None, 0.2).score(0.0, 0.8) == 0.4  # the weighted mix ignores it
+    notes = {
+        "free": "Yuki: Finally some free time.",
+        "photos": "Yuki: I finally backed up all my photos, what a relief.",
+        "college": "Yuki: My brother went to college in Toronto.",
+    }
+    question = "Where did Yuki go to university?"
+    with open_store("memory://") as lexical, open_store("memory://?embed=static") as hybrid:
+        for each in (lexical, hybrid):
+            for key, text in notes.items():
+                each.put(("n",), key, {"text": text})
+        plain = {item.key: item.score for item in lexical.search(("n",), query=question)}
+        mixed = {item.key: item.score for item in hybrid.search(("n",), query=question)}
+    assert set(plain) == set(mixed) == set(notes)  # all share "Yuki" only
+    assert all(plain[key] < support for key in notes)
+    assert mixed == plain  # and similarity does not lift them

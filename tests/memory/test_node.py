@@ -152,7 +152,15 @@ class TestCompaction:
         assert summary["tokens_saved_total"] == sum(saved)
         assert summary["messages_summarized"] == 96 - len(state["messages"])
         assert "Friend40" in summary["text"]  # the last compaction is in the summary
-        assert len(stored_notes(store)) == summary["messages_summarized"]
+        notes = stored_notes(store)
+        turns_noted = [n for n in notes if n.unit == "turn"]
+        assert len(turns_noted) == summary["messages_summarized"]
+        # one session note a day (a message a day), each with all of its messages
+        sessions = [n for n in notes if n.unit == "session"]
+        assert len(sessions) == summary["messages_summarized"] // 2
+        assert {i for n in sessions for i in n.provenance.message_ids} == {
+            i for n in turns_noted for i in n.provenance.message_ids
+        }
 
     def test_leading_system_messages_are_kept(self) -> None:
         messages = [SystemMessage("Be brief.", id="s"), *turns(10)]
@@ -309,7 +317,7 @@ def test_chat_model_summarizer_in_the_node() -> None:
     first = summarize({"messages": turns(10)}, CONFIG)
     assert first["summary"]["text"] == "Ana travels a lot."
     assert first["summary"]["summarizer"] == "chat/1:fake"
-    [note] = stored_notes(store)
+    [note] = [n for n in stored_notes(store) if n.unit == "turn"]
     assert note.provenance.message_ids == ("h0",)
     assert note.provenance.summarizer == "chat/1:fake"
     # a malformed answer: the fallback's notes say who made them
@@ -317,7 +325,7 @@ def test_chat_model_summarizer_in_the_node() -> None:
     assert second["summary"]["summarizer"] == "extractive/4"
     assert second["summary"]["text"].startswith("Ana travels a lot.")
     made_by = {n.provenance.summarizer for n in stored_notes(store)}
-    assert made_by == {"chat/1:fake", "extractive/4"}
+    assert made_by == {"chat/1:fake", "extractive/4", "session/1"}
 
 
 # -- a real graph ---------------------------------------------------------------------------
@@ -364,7 +372,7 @@ def test_a_long_chat_stays_bounded_and_resumes(tmp_path: Path) -> None:
         assert len(state["messages"]) < 20
         summary = state["summary"]
         assert summary["compactions"] >= 5
-        notes = stored_notes(store, ("notes", "chat-1"))
+        notes = [n for n in stored_notes(store, ("notes", "chat-1")) if n.unit == "turn"]
         assert len(notes) == summary["messages_summarized"]
         # each note's checkpoint holds the messages the note was made from
         history = {

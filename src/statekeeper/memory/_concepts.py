@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 from statekeeper.memory.store.lexical import stem
 
-__all__ = ["ASKED_WITH", "concept_tags", "fact_key", "fact_topics"]
+__all__ = ["ASKED_WITH", "CONCEPTS", "concept_tags", "fact_key", "fact_topics"]
 
 # tags -> trigger words (lower-case; compared by stem)
 _LEXICON: dict[tuple[str, ...], str] = {
@@ -54,6 +54,8 @@ _LEXICON: dict[tuple[str, ...], str] = {
     ("race", "sport"): """race marathon runner jog jogging""",
     ("celebration",): """anniversary birthday wedding party celebrate celebration""",
 }
+#: Every tag of the lexicon: the general words a note may be about ("vehicle", "pet"...).
+CONCEPTS = frozenset(tag for tags in _LEXICON for tag in tags)
 _TRIGGERS: dict[str, tuple[str, ...]] = {}
 for _tags, _words in _LEXICON.items():
     for _word in _words.split():

@@ -224,6 +224,8 @@ def write_notes(
       current one of its fact is inserted into the chain where it belongs (superseded by
       the next, superseding the one it interrupts).
     - One ``store.batch`` of puts: atomic on a store whose batches are (statekeeper's).
+      Session notes (``unit="session"``) are put with ``index=False``: recall finds them
+      by their time, and their topics stay out of the statements' scores.
 
     Only notes in ``namespace`` itself are compared, not in its sub-namespaces. The
     policy is consulted for every stored note of the fact that holds at some time the
@@ -243,7 +245,16 @@ def write_notes(
         else:
             _place(note, _fact_notes(store, namespace, note, pending), judge, pending)
     if pending:
-        store.batch([PutOp(namespace, key, note.to_value()) for key, note in pending.items()])
+        # a session note is found by its time, not its words: indexed, its many topics
+        # would weigh on the scores of the statements it sums up
+        store.batch(
+            [
+                PutOp(
+                    namespace, key, note.to_value(), index=False if note.unit == "session" else None
+                )
+                for key, note in pending.items()
+            ]
+        )
     return [pending[note.key] for note in notes]
 
 

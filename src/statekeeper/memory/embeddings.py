@@ -58,6 +58,11 @@ class StaticEmbeddings(Embeddings):
     #: The cosine texts unrelated to each other reach with this model (see
     #: ``docs/memory-store.md``): a store counts what lies below it as no similarity.
     similarity_floor = 0.35
+    #: The lexical score an item needs before this model's similarity adds to it: on the
+    #: dev split of ``benchmarks/memory``, of the notes its similarity alone lifted above
+    #: recall's floor from a lexical score below this, none was relevant (and it cost
+    #: unrelated questions their empty answer; see ``docs/memory-store.md``).
+    lexical_support = 0.2
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """One vector per text, in order (an empty text gets a zero vector)."""

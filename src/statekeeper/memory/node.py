@@ -29,6 +29,7 @@ from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
+from statekeeper.memory._units.sessions import SESSION_SUMMARIZER, session_notes
 from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
 from statekeeper.memory.metrics import CompactionEvent, log_compaction
 from statekeeper.memory.notes import Note, Provenance
@@ -171,17 +172,30 @@ class NoteOptions:
     ``"keep_both_flagged"`` or any :class:`~statekeeper.memory.conflicts.ConflictPolicy`;
     nothing is ever deleted. ``clock`` gives the time stamped on the notes
     (``created_at``), and on the running summary and the compaction's log entry.
+    ``session_gap``: messages said less than this apart are one session, of which one
+    note is written beside the statements' notes (who, topics, dates; provenance to all
+    of its messages; a session cut by a compaction keeps one note, told again as it goes
+    on); ``None`` writes none. See :mod:`statekeeper.memory._units.sessions`.
 
     Raises:
-        ConfigurationError: ``conflict_policy`` is an unknown name or not a policy.
+        ConfigurationError: ``conflict_policy`` is an unknown name or not a policy, or
+            ``session_gap`` is neither ``None`` nor a positive ``timedelta``.
     """
 
     namespace: Namespace | None = None
     conflict_policy: ConflictPolicy | PolicyName = "latest_wins"
     clock: Callable[[], datetime.datetime] = _utcnow
+    session_gap: datetime.timedelta | None = datetime.timedelta(hours=1)
 
     def __post_init__(self) -> None:
         resolve_policy(self.conflict_policy)
+        gap = self.session_gap
+        if gap is not None and (
+            not isinstance(gap, datetime.timedelta) or gap <= datetime.timedelta(0)
+        ):
+            raise ConfigurationError(
+                f"session_gap must be a positive timedelta or None, not {gap!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -328,6 +342,22 @@ class SummarizationNode:
             thread_id = _thread_id(config)
             namespace = self._namespace(config, thread_id)
             notes = _notes(summary.notes, compressed, thread_id, checkpoint_id, now, made_by)
+            if self.notes.session_gap is not None:
+                base = Provenance(
+                    thread_id=thread_id,
+                    message_ids=(),
+                    checkpoint_id=checkpoint_id,
+                    created_at=now,
+                    summarizer=SESSION_SUMMARIZER,
+                )
+                notes += session_notes(
+                    compressed,
+                    notes,
+                    store=store,
+                    namespace=namespace,
+                    gap=self.notes.session_gap,
+                    base=base,
+                )
             write_notes(store, namespace, notes, policy=self.conflict_policy)
             note_keys = [note.key for note in notes]
 

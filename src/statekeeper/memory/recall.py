@@ -35,6 +35,7 @@ from typing_extensions import TypedDict, Unpack
 from statekeeper.errors import ConfigurationError, SerializationError
 from statekeeper.memory._units.facts import AskedFact, asked_fact, predecessors
 from statekeeper.memory._units.ranking import Decay, Window
+from statekeeper.memory._units.sessions import asks_what_was_said
 from statekeeper.memory.metrics import RecallEvent, log_recall, overlap, previous_keys
 from statekeeper.memory.notes import NOTE_KIND, Note, Provenance
 from statekeeper.memory.store.lexical import score_texts
@@ -221,7 +222,8 @@ def recall(
     window = Window(freshness.moment(), freshness.include_expired)
     named = time_window(query, window.at) if freshness.windows else None
     asked = asked_fact(query) if freshness.facts else None
-    weigh = Decay(window.at, freshness.max_age, freshness.half_life, named, asked)
+    overview = named is not None and asks_what_was_said(query, named.phrase)
+    weigh = Decay(window.at, freshness.max_age, freshness.half_life, named, asked, overview)
     if not query.strip():
         return []
     conditions = {**(limits.filter or {}), "kind": NOTE_KIND}
@@ -229,7 +231,9 @@ def recall(
     hits = _round(store, search)
     if asked is not None:
         hits = _keyed(store, search, hits, asked)
-    if limits.hops is not None and hits:
+    if overview:
+        hits = _sessions(store, search, hits)
+    elif limits.hops is not None and hits:
         hits = _hopped(store, search, hits, limits.hops)
     if log:
         thread_id = log.thread_id if isinstance(log, RecallLog) else None
@@ -301,6 +305,21 @@ def _hopped(store: BaseStore, search: _Search, hits: list[Hit], hops: Hops) -> l
     cap = min(hit.score for hit in hits)
     added = merge_hops(found[:room], lambda hit: hit.note.text, hops)
     return hits + [dataclasses.replace(hit, score=min(hit.score, cap)) for hit in added]
+
+
+def _sessions(store: BaseStore, search: _Search, hits: list[Hit]) -> list[Hit]:
+    """``hits`` and the session notes of the time window the question asks about, found
+    by their time (scored ``DEFAULT_MIN_SCORE``, when not below ``search.min_score``),
+    ranked as ``search`` ranks (the sessions first, in the order they were held)."""
+    if search.min_score > DEFAULT_MIN_SCORE:
+        return hits
+    known = {(hit.namespace, hit.key) for hit in hits}
+    found = list(hits)
+    for item in _all(store, search.namespace, {**search.conditions, "unit": "session"}):
+        note = _note(item)
+        if note is not None and (item.namespace, item.key) not in known and search.admits(note):
+            found.append(search.hit(note, DEFAULT_MIN_SCORE, item))
+    return search.weigh.best(found, search.k)
 
 
 def _keyed(store: BaseStore, search: _Search, hits: list[Hit], asked: AskedFact) -> list[Hit]:
@@ -417,8 +436,9 @@ def _from_scores(store: BaseStore, search: _Search) -> list[Hit]:
                 search.stale += 1
                 continue
             hits.append(search.hit(note, score, item))
-            if not search.weigh.reorders and len(hits) == search.k:
-                return hits
+            enough = not search.weigh.reorders and len(hits) >= search.k
+            if enough and len(best := search.weigh.best(hits, search.k)) == search.k:
+                return best
         if len(page) < _PAGE:
             return search.weigh.best(hits, search.k)
         offset += _PAGE

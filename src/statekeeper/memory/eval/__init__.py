@@ -224,14 +224,30 @@ def _stats(conversation: Conversation, played: Played) -> ConversationStats:
 
 
 def _pipeline_outcome(question: Question, hits: Sequence[Hit], notes: Sequence[Note]) -> Outcome:
+    """How the recalled ``hits`` score. A session note names every message of its session
+    as its source, so its provenance would make it "relevant" to every question about
+    that session: it never counts as relevant here (nor in the ideal list of nDCG), only
+    its tokens count; what it is worth shows in the answer evaluation."""
     evidence = set(question.evidence)
     sources = [set(hit.provenance.message_ids) for hit in hits]
+    statements = [hit.note.unit != "session" for hit in hits]
     return Outcome(
         category=question.category,
-        relevant=tuple(not ids.isdisjoint(evidence) for ids in sources),
-        n_relevant=sum(not evidence.isdisjoint(n.provenance.message_ids) for n in notes),
+        relevant=tuple(
+            told and not ids.isdisjoint(evidence)
+            for ids, told in zip(sources, statements, strict=True)
+        ),
+        n_relevant=sum(
+            n.unit != "session" and not evidence.isdisjoint(n.provenance.message_ids) for n in notes
+        ),
         evidence=len(evidence),
-        covered=len(evidence.intersection(set().union(*sources[:10]))),
+        covered=len(
+            evidence.intersection(
+                set().union(
+                    *(ids for ids, told in zip(sources[:10], statements, strict=False) if told)
+                )
+            )
+        ),
         tokens=tokens(hit.note.text for hit in hits),
     )
 

@@ -152,9 +152,15 @@ class MemoryStore(BaseStore):
         self.ttl_config = _check_ttl_config(ttl)
         self.index_config = dict(index) if index is not None else None
         self.embeddings, self._dims, self._fields = _check_index(index)
-        # a model may say what cosine unrelated texts reach with it (StaticEmbeddings does)
+        # a model may say what cosine unrelated texts reach with it, and how much lexical
+        # evidence its similarity needs to mean something (StaticEmbeddings does)
         floor = getattr(self.embeddings, "similarity_floor", None)
-        self.fusion = Fusion(semantic_weight, floor if isinstance(floor, float) else None)
+        support = getattr(self.embeddings, "lexical_support", 0.0)
+        self.fusion = Fusion(
+            semantic_weight,
+            floor if isinstance(floor, float) else None,
+            support if isinstance(support, float) else 0.0,
+        )
 
     def close(self) -> None:
         """Release the storage. Idempotent; later calls raise StorageError."""

@@ -77,11 +77,15 @@ class Fusion:
     a cosine at or below it counts as no similarity, the rest is stretched to [0, 1]
     (``semantic = (cos - floor) / (1 - floor)``), and the two are combined as a soft OR,
     ``score = 1 - (1 - lexical) * (1 - weight * semantic)``: similarity adds to the
-    lexical evidence without diluting it, so the relevance floor keeps its meaning.
+    lexical evidence without diluting it, so the relevance floor keeps its meaning. With
+    a ``support`` too (the lexical score below which the model's similarity says nothing
+    reliable, e.g. ``StaticEmbeddings.lexical_support``), an item scoring less than it
+    lexically keeps its lexical score.
     """
 
     weight: float = 0.5
     floor: float | None = None
+    support: float = 0.0
 
     def semantic(self, cos: float) -> float:
         if self.floor is None:
@@ -91,6 +95,8 @@ class Fusion:
     def score(self, lexical: float, semantic: float) -> float:
         if self.floor is None:
             return (1.0 - self.weight) * lexical + self.weight * semantic
+        if lexical < self.support:
+            return lexical  # too little lexical evidence for this model's similarity to add to
         # calibrated similarity: it adds to the lexical evidence, never dilutes it
         return 1.0 - (1.0 - lexical) * (1.0 - self.weight * semantic)
 
