@@ -191,6 +191,67 @@ def test_the_journal_is_compacted_and_stays_bounded(
 # -- what a reader of a damaged, missing or stale index gets -----------------------------------
 
 
+def _compaction_killed_midway(root: Path) -> Callable[[int], None]:
+    def work(out: int) -> None:
+        from statekeeper.backends.file._log.catalog import Catalog
+
+        def die(self: Any, *args: Any) -> None:  # the journal switched, nothing merged yet
+            os.write(out, b"merging\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        Catalog._merge = die  # type: ignore[method-assign]
+        with FileCheckpointer(root, fsync=False) as saver:
+            for i in range(100):
+                put(saver, f"t{i % 7}")
+
+    return work
+
+
+def test_a_compaction_killed_midway_is_read_and_finished_by_the_next(
+    root: Path, monkeypatch: pytest.MonkeyPatch, unused: Callable[[], list[str]]
+) -> None:
+    monkeypatch.setattr(catalog_write, "_JOURNAL_MIN", 2048)
+    with FileCheckpointer(root, fsync=False) as saver:
+        some_threads(saver)
+    pid, out = fork(_compaction_killed_midway(root))
+    assert read_lines(out, 1) == ["merging"]
+    os.close(out)
+    os.waitpid(pid, 0)
+    frozen = read_state(root / "index")
+    assert frozen is not None
+    assert frozen.frozen is not None  # read between the sorted files and the live journal
+    with FileCheckpointer(root, fsync=False) as saver:
+        check_exact(saver)
+        assert saver.verify() == []
+        while (state := read_state(root / "index")) is not None and state.frozen is not None:
+            put(saver, "t1")  # until the journal is due again: the next compaction merges it
+        check_exact(saver)
+        assert saver.verify() == []
+    assert unused() == []
+
+
+def test_a_compaction_that_meets_damage_stops_the_index_until_it_is_rebuilt(
+    root: Path, monkeypatch: pytest.MonkeyPatch, unused: Callable[[], list[str]]
+) -> None:
+    monkeypatch.setattr(catalog_write, "_JOURNAL_MIN", 4096)
+    with FileCheckpointer(root, fsync=False) as saver:
+        some_threads(saver)
+        path = _journal(root)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01  # a committed line in the middle of the journal
+        path.write_bytes(bytes(data))
+        while (state := read_state(root / "index")) is not None and state.damaged is None:
+            put(saver, "t1")  # writers append past it; the compaction reads it whole
+        assert saver._store.catalog.view() is None
+        check_exact(saver)
+        assert {d.record for d in saver.verify()} == {"index"}
+        assert unused()
+    with FileCheckpointer(root, fsync=False) as saver:  # the next read-write open rebuilds it
+        assert saver._store.catalog.view() is not None
+        assert saver.verify() == []
+        check_exact(saver)
+
+
 def _journal(root: Path) -> Path:
     state = read_state(root / "index")
     assert state is not None

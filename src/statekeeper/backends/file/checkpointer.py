@@ -466,4 +466,7 @@ def _open_index(store: Store, catalog: Catalog) -> None:
     if (reason := catalog.stale()) is None:
         return
     log.info("building the index of %s (%s)", store.root, reason)
-    catalog.rebuild(lambda: scan_threads(store), wait=False, only_if_stale=True)
+    try:
+        catalog.rebuild(lambda: scan_threads(store), wait=False, only_if_stale=True)
+    except (OSError, StorageError) as exc:  # reads go on without it; the next open retries
+        log.warning("could not build the index of %s: %s", store.root, exc)

@@ -10,5 +10,8 @@
 * :mod:`.write` — appending (the commit), atomic rewrites, and new logs;
 * :mod:`.check` — checking a log whole for ``verify()``, and repairing its head;
 * :mod:`.manifest` — the list of a thread's namespaces, so a deleted namespace folder is
-  damage too.
+  damage too;
+* :mod:`.catalog` — the directory's index (``index/``): every thread's head and every
+  checkpoint, newest first, kept by every write (:mod:`.catalog_write`), in sorted files
+  and a journal (:mod:`.catalog_files`) read as one view (:mod:`.catalog_view`).
 """

@@ -50,7 +50,6 @@ from statekeeper.backends.file._log.catalog_files import (
     KINDS,
     STATE,
     CatalogDamage,
-    JournalTail,
     State,
     base_path,
     create_journal,
@@ -58,18 +57,21 @@ from statekeeper.backends.file._log.catalog_files import (
     journal_path,
     read_sorted,
     read_state,
+    sorted_line,
     write_sorted,
     write_state,
 )
 from statekeeper.backends.file._log.catalog_view import (
     PENDING,
     Contents,
+    JournalTail,
     Key,
     Replay,
     View,
     contents,
 )
 from statekeeper.backends.file._log.catalog_write import (
+    APPEND,
     BUILD,
     GATE,
     SHARED,
@@ -85,9 +87,11 @@ __all__ = ["Catalog", "Change", "Scanned"]
 
 log = logging.getLogger("statekeeper.backends.file.checkpointer")
 _ATTEMPTS = 3  # readings of an index that a compaction replaced meanwhile
+# why an index built from threads some of which could not be read is not used (until a
+# verify(quarantine=True) moves them aside, and rebuilds it)
+_UNREADABLE = "some threads could not be read when it was built: "
 
 
-# lock names in locks/: "@" never occurs in a thread's name, so none is a thread's lock
 class Scanned(NamedTuple):
     """One thread folder as a rebuild reads it: its id, the ids of the checkpoints of each
     namespace, its head (:data:`~.catalog_view.PENDING`: it could not be read, so readers
@@ -113,7 +117,7 @@ class Catalog:
         self.read_only = read_only
         self.durable = durable
         self.boot = current_boot()
-        self._locks = root / "locks"
+        self._locks = {name: str(root / "locks" / name) for name in (GATE, SHARED, APPEND, BUILD)}
         self._timeout = lock_timeout
         self._mutex = threading.Lock()  # guards the cached view
         self._view: View | None = None
@@ -123,7 +127,7 @@ class Catalog:
 
     def lock(self, name: str, **kw: Any) -> contextlib.AbstractContextManager[bool]:
         """Hold the index lock ``name`` (see :func:`.catalog_write.lock`)."""
-        return lock(self._locks / name, self._timeout, **kw)
+        return lock(self._locks[name], self._timeout, **kw)
 
     def warn(self, reason: str) -> None:
         """Log (once per reason) that the index is not used and why."""
@@ -296,9 +300,11 @@ class Catalog:
             found = replay.keys.get(cast("Key", key))
             return found is None and key[1] not in replay.gone
 
-        keys = [k for k in read_sorted(self.folder, "checkpoints", state) if kept(k)]
-        keys += [k for k, there in replay.keys.items() if there]
-        heads = {t: c for c, t in read_sorted(self.folder, "heads", state) if t not in replay.heads}
+        # the lines the journal leaves as they were are copied as they are
+        lines = [(k, raw) for k, raw in read_sorted(self.folder, "checkpoints", state) if kept(k)]
+        lines += [(k, sorted_line(k)) for k, there in replay.keys.items() if there]
+        heads = [(k, raw) for k, raw in read_sorted(self.folder, "heads", state)]
+        heads = [(k, raw) for k, raw in heads if k[1] not in replay.heads]
         unresolved = []
         for thread_id, head in replay.heads.items():
             if head is PENDING:  # its writer was killed: what is the head now?
@@ -308,35 +314,32 @@ class Catalog:
                     unresolved.append(thread_id)
                     continue
             if isinstance(head, str):
-                heads[thread_id] = head
-        self._install(state, state.journal, sorted(keys), heads, unresolved)
+                heads.append(((head, thread_id), sorted_line((head, thread_id))))
+        lines.sort(key=lambda item: item[0])
+        heads.sort(key=lambda item: item[0])
+        self._install(state, state.journal, lines, heads, unresolved)
 
     def _install(
         self,
         state: State,
         generation: int,
-        keys: Sequence[tuple[str, ...]],
-        heads: Mapping[str, str],
+        checkpoints: Sequence[tuple[tuple[str, ...], bytes]],
+        heads: Sequence[tuple[tuple[str, ...], bytes]],
         unresolved: Sequence[str],
         damaged: str | None = None,
     ) -> None:
-        """Write the sorted files of ``generation``, point the state at them, append the
-        threads whose head is still unknown as pending, and remove what is left over."""
+        """Write the sorted files of ``generation`` (``(key, line)`` in order), point the
+        state at them, append the threads whose head is still unknown as pending, and
+        remove what is left over."""
         files = {
-            "checkpoints": write_sorted(
-                base_path(self.folder, "checkpoints", generation),
-                "checkpoints",
+            kind: write_sorted(
+                base_path(self.folder, kind, generation),
+                kind,
                 generation,
-                keys,
+                (raw for _, raw in found),
                 durable=self.durable,
-            ),
-            "heads": write_sorted(
-                base_path(self.folder, "heads", generation),
-                "heads",
-                generation,
-                sorted((c, t) for t, c in heads.items()),
-                durable=self.durable,
-            ),
+            )
+            for kind, found in (("checkpoints", checkpoints), ("heads", heads))
         }
         if self.durable:
             sync_dir(self.folder)
@@ -367,6 +370,8 @@ class Catalog:
             return str(damage)
         if state is None:
             return "there is none yet"
+        if (state.damaged or "").startswith(_UNREADABLE):
+            return None  # a rebuild would meet the same threads: verify() reports them
         if (reason := self.unusable(state)) is not None:
             return reason
         journals = [journal_path(self.folder, g) for g in state.journals()]
@@ -408,9 +413,18 @@ class Catalog:
                     unresolved.append(found.thread_id)
                 elif isinstance(found.head, str):
                     heads[found.thread_id] = found.head
-            damaged = "; ".join(problems[:3]) if problems else None
-            keys = sorted(set(keys))
-            self._install(state, state.journal, keys, heads, unresolved, damaged)
+            damaged = f"{_UNREADABLE}{'; '.join(problems[:3])}" if problems else None
+            self._install(
+                state,
+                state.journal,
+                [(k, sorted_line(k)) for k in sorted(set(keys))],
+                [
+                    ((c, t), sorted_line((c, t)))
+                    for c, t in sorted((c, t) for t, c in heads.items())
+                ],
+                unresolved,
+                damaged,
+            )
         return True
 
 

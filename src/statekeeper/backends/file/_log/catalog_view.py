@@ -17,34 +17,126 @@ them in order gives, for each checkpoint, whether it may exist and, for each thr
 head — or that its head is *pending*: a change was announced and not confirmed (it is in
 progress, or its writer was killed), so a reader must read that thread's head itself.
 
-A :class:`View` is immutable: reading more of the live journal makes a new one (copying
-what the new lines change), so a listing in progress keeps a consistent view.
+A journal is read by :class:`JournalTail`, from where it was last read. A :class:`View` is
+immutable: reading more of the live journal makes a new one (copying what the new lines
+change), so a listing in progress keeps a consistent view.
 """
 
 from __future__ import annotations
 
 import bisect
 import heapq
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
 from statekeeper.backends.file._log.catalog_files import (
+    JOURNAL,
     STATE,
     CatalogDamage,
-    JournalTail,
     State,
+    check_header,
     journal_path,
     read_sorted,
     read_state,
     sorted_desc,
 )
+from statekeeper.backends.file._log.head import Head, head_path, read_head
+from statekeeper.backends.file._log.lines import DamagedIndex, intact, prev_of, unline
 
-__all__ = ["PENDING", "Audit", "Contents", "HeadKey", "Key", "Replay", "View", "contents"]
+__all__ = [
+    "PENDING",
+    "Audit",
+    "Contents",
+    "HeadKey",
+    "JournalTail",
+    "Key",
+    "Replay",
+    "View",
+    "contents",
+]
 
 Key = tuple[str, str, str]  # (checkpoint id, thread id, namespace): the listing's order
 HeadKey = tuple[str, str]  # (checkpoint id, thread id): the thread index's order
+
+
+class JournalTail:
+    """The records of one journal, read incrementally: each :meth:`read` returns those of
+    the lines added since the last one (every committed line, and complete chained lines
+    past the head; never a torn tail)."""
+
+    def __init__(self, path: Path, generation: int) -> None:
+        self.path = path
+        self.generation = generation
+        self.size = 0  # where the lines read so far end
+        self._ino: int | None = None
+        self._prev = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        """The records of the lines added since the last call.
+
+        Raises:
+            CatalogDamage: the journal or its head is damaged, missing, shorter than its
+                head or than what was read before, or was replaced.
+        """
+        path = self.path
+        try:
+            head_fd = os.open(head_path(path), os.O_RDONLY)  # the head before the journal
+            try:
+                head = read_head(head_fd, head_path(path), JOURNAL)
+            finally:
+                os.close(head_fd)
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise CatalogDamage("the journal or its head is missing", path) from None
+        except DamagedIndex as damage:
+            raise CatalogDamage(str(damage), path) from None
+        try:
+            stat = os.fstat(fd)
+            if self._ino is not None and stat.st_ino != self._ino:
+                raise CatalogDamage("the journal was replaced while it was in use", path)
+            if head.generation != self.generation or stat.st_size < max(head.end, self.size):
+                raise CatalogDamage(
+                    f"it ends at byte {stat.st_size}, but its head says {head.end} bytes were "
+                    "committed (or it is another journal's copy): committed lines are missing",
+                    path,
+                )
+            data = os.pread(fd, stat.st_size - self.size, self.size)
+        finally:
+            os.close(fd)
+        self._ino = stat.st_ino
+        return self._parse(data, head)
+
+    def _parse(self, data: bytes, head: Head) -> list[dict[str, Any]]:
+        records = []
+        at, pos = self.size, 0
+        if at == 0:
+            end = data.find(b"\n")
+            if end == -1:
+                raise CatalogDamage("its header line is missing", self.path)
+            self._prev = check_header(data[:end], "journal", self.generation, self.path)
+            at = pos = end + 1
+        while (end := data.find(b"\n", pos)) != -1:
+            raw = data[pos:end]
+            if not intact(raw) or prev_of(raw) != self._prev:
+                reason = "damaged line" if not intact(raw) else "line that does not follow"
+                raise CatalogDamage(f"a {reason} at byte {at}", self.path)
+            try:
+                record = unline(raw)[2]
+            except DamagedIndex:
+                raise CatalogDamage(f"an unreadable line at byte {at}", self.path) from None
+            self._prev, at, pos = raw[:16], at + len(raw) + 1, end + 1
+            if at == head.end and self._prev != head.last:
+                raise CatalogDamage(
+                    f"its line ending at byte {at} is not the one committed", self.path
+                )
+            records.append(record)
+        if at < head.end:
+            raise CatalogDamage(f"a committed line before byte {head.end} is torn", self.path)
+        self.size = at
+        return records
 
 
 class _Pending:
@@ -295,9 +387,9 @@ def contents(folder: Path, stamp: object) -> Contents:
             raise CatalogDamage(f"a writer found it damaged: {state.damaged}", folder / STATE)
         if state.base is None:
             raise CatalogDamage("its build was interrupted", folder / STATE)
-        for checkpoint_id, thread_id, ns in read_sorted(folder, "checkpoints", state):
+        for (checkpoint_id, thread_id, ns), _ in read_sorted(folder, "checkpoints", state):
             found.checkpoints.setdefault(thread_id, set()).add((ns, checkpoint_id))
-        found.heads = {t: c for c, t in read_sorted(folder, "heads", state)}
+        found.heads = {t: c for (c, t), _ in read_sorted(folder, "heads", state)}
         for generation in state.journals():
             tail = JournalTail(journal_path(folder, generation), generation)
             replay = Replay()

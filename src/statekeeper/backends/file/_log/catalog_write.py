@@ -14,7 +14,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statekeeper._storage.files import storage_error
@@ -55,7 +54,7 @@ if hasattr(os, "register_at_fork"):
 
 
 @contextlib.contextmanager
-def lock(path: Path, timeout: float, *, shared: bool = False, wait: bool = True) -> Iterator[bool]:
+def lock(path: str, timeout: float, *, shared: bool = False, wait: bool = True) -> Iterator[bool]:
     """Hold the flock of ``path`` (shared or exclusive) for the block: one descriptor of
     its own, so threads of this process exclude each other too. Yields False, holding
     nothing, if ``wait`` is False and it is taken.
@@ -78,7 +77,7 @@ def lock(path: Path, timeout: float, *, shared: bool = False, wait: bool = True)
                 break
             if time.monotonic() >= deadline:
                 raise StorageError(
-                    f"waited {timeout:g} s for the index lock {str(path)!r}: another "
+                    f"waited {timeout:g} s for the index lock {path!r}: another "
                     "process or thread held it; retry later, or raise lock_timeout"
                 )
             time.sleep(pause)  # flock cannot wait with a timeout: poll, backing off
