@@ -146,6 +146,10 @@ def test_annotate_labels_relative_expressions_once() -> None:
     again, _ = annotate(text, WEDNESDAY)
     assert again == text  # already labelled: not labelled twice
     assert annotate("nothing to see", WEDNESDAY) == ("nothing to see", [])
+    # the day said is in the note's provenance: not labelled, but still a span
+    text, spans = annotate("Work was chaos today, and on Wednesday too.", WEDNESDAY)
+    assert text == "Work was chaos today, and on Wednesday too."
+    assert [span.label for span in spans] == ["2024-05-08", "2024-05-08"]
 
 
 @pytest.mark.parametrize(

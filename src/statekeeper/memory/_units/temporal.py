@@ -5,7 +5,8 @@ Saturday" about the Saturday after; "we moved in March" about March 2024.
 :func:`resolve` finds such expressions in a text and returns each as a :class:`TimeSpan`:
 its words and the calendar days it names, a half-open range ``[start, end)``.
 :func:`annotate` also writes what each relative one means after it ("yesterday
-(2024-05-07)"), so a note says it in words any reader or index sees.
+(2024-05-07)"), unless it is the day said ("today"), so a note says it in words any reader
+or index sees.
 
 The rules, deterministic and offline:
 
@@ -166,16 +167,20 @@ def resolve(text: str, said: datetime.datetime | datetime.date) -> list[TimeSpan
 
 
 def annotate(text: str, said: datetime.datetime | datetime.date) -> tuple[str, list[TimeSpan]]:
-    """``text`` with each relative expression followed by its label in parentheses
-    ("yesterday" -> "yesterday (2024-05-07)"; not again if it already is), and the spans
-    of :func:`resolve`."""
+    """``text`` with each relative expression that names other days than the one said
+    followed by its label in parentheses ("yesterday" -> "yesterday (2024-05-07)"; not
+    again if it already is), and the spans of :func:`resolve` (all of them). "Today" or
+    "this morning" stay as they are: the day a note was said is in its provenance, and a
+    label would only cost tokens (measured on ``benchmarks/memory``'s dev split)."""
+    today = anchor_day(said)
     spans = resolve(text, said)
     pieces: list[str] = []
     done = 0
     for span in spans:
         end = span.position + len(span.phrase)
         label = f" ({span.label})"
-        if not span.relative or text[end:].startswith((label, label[1:])):
+        that_day = span.start == today and span.end == today + _DAY
+        if not span.relative or that_day or text[end:].startswith((label, label[1:])):
             continue
         pieces.extend((text[done:end], label))
         done = end
