@@ -17,8 +17,15 @@ memory), and ``vector bytes/note`` its difference between a backend's two rows.
 Redis is ``$REDIS_URL`` (default the local server); each Redis row writes under a fresh
 key prefix that it deletes afterwards. Nothing is asserted: it is a benchmark.
 
+``--node`` measures the whole write path instead: every conversation of ``dev.json``
+played turn by turn through a :class:`~statekeeper.memory.node.SummarizationNode` (budget
+1024, the extractive summarizer: statements, dates, fact keys, session notes, conflicts)
+into ``memory://`` and a SQLite file, timing the node calls only; it reports messages
+compacted and notes written per second.
+
     .venv/bin/python benchmarks/memory_writes.py                   # 400 notes x 3 rounds
     .venv/bin/python benchmarks/memory_writes.py --notes 50 --rounds 1 --json
+    .venv/bin/python benchmarks/memory_writes.py --node            # 3 rounds
 """
 
 import argparse
@@ -173,12 +180,99 @@ def _write(row: Row, notes: list[Any]) -> tuple[float, int | None]:
         return len(notes) / elapsed, size()
 
 
+def _play_node(url: str) -> tuple[float, int, int]:
+    """Every conversation of dev.json through a SummarizationNode into ``url``, a turn
+    (a user's message and the replies) per call, then archived (a one-token budget):
+    (seconds in the node, messages compacted, notes written)."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph.message import add_messages
+
+    from statekeeper.memory.node import NoteOptions, SummarizationNode
+    from statekeeper.memory.store import open_store
+
+    data = json.loads(DATASET.read_text(encoding="utf-8"))
+    elapsed, compacted, written = 0.0, 0, 0
+    with open_store(url) as store:
+        for conversation in data["conversations"]:
+            config: Any = {"configurable": {"thread_id": conversation["id"]}}
+            clock = [datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)]
+            notes = NoteOptions(clock=lambda c=clock: c[0])  # type: ignore[misc]
+            node = SummarizationNode(budget_tokens=1024, store=store, notes=notes)
+            archive = SummarizationNode(budget_tokens=1, keep_tokens=0, store=store, notes=notes)
+            state: dict[str, Any] = {"messages": []}
+            turns: list[list[Any]] = []
+            for session in conversation["sessions"]:
+                when = {"timestamp": session["time"]}
+                for message in session["messages"]:
+                    kind = HumanMessage if message["role"] == "user" else AIMessage
+                    said = kind(message["text"], id=message["id"], name=message["speaker"],
+                                additional_kwargs=when)  # fmt: skip
+                    if not turns or (message["role"] == "user" and turns[-1][-1].type == "ai"):
+                        turns.append([])
+                    turns[-1].append(said)
+            for turn, step in [*((t, node) for t in turns), ([], archive)]:
+                state["messages"] = add_messages(state["messages"], turn)
+                if turn:
+                    clock[0] = datetime.datetime.fromisoformat(
+                        turn[0].additional_kwargs["timestamp"]
+                    ).replace(tzinfo=datetime.UTC)
+                start = time.perf_counter()
+                update = step(state, config)
+                elapsed += time.perf_counter() - start
+                if update:
+                    before = len(state["messages"])
+                    state["messages"] = add_messages(state["messages"], update["messages"])
+                    state["summary"] = update["summary"]
+                    compacted += before - len(state["messages"])
+            written += len(store.search(("notes", conversation["id"]), limit=100_000))
+    return elapsed, compacted, written
+
+
+def _node_main(args: argparse.Namespace) -> int:
+    rows = {"memory": "memory://", "sqlite": "sqlite:///{dir}/notes.db"}
+    results: dict[str, list[tuple[float, int, int]]] = {key: [] for key in rows}
+    progress = Progress(args.rounds * len(rows), "rows")
+    for round_ in range(args.rounds):
+        for key in rotated(list(rows), round_):
+            with tempfile.TemporaryDirectory() as tmp:
+                results[key].append(_play_node(rows[key].format(dir=tmp)))
+            progress.advance(note=key)
+    progress.close()
+    table_rows = []
+    for key, runs in results.items():
+        seconds = statistics.median(run[0] for run in runs)
+        messages, notes = runs[0][1], runs[0][2]
+        table_rows.append(
+            {
+                "saver": f"SummarizationNode -> {rows[key].split(':')[0]}",
+                "key": key,
+                "langgraph": False,
+                "error": None,
+                "messages_per_s": messages / seconds,
+                "notes_per_s": notes / seconds,
+                "notes": notes,
+            }
+        )
+    columns = {"messages_per_s": "messages/s", "notes_per_s": "notes/s", "notes": "notes"}
+    if args.json:
+        print(as_json({"rounds": args.rounds}, table_rows, columns))
+    else:
+        print(f"dev.json through SummarizationNode x {args.rounds} rounds (median)\n")
+        print("\n".join(table(table_rows, columns)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--notes", type=int, default=400, help="notes per round (default 400)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument(
+        "--node", action="store_true", help="the whole write path: dev.json through the node"
+    )
     add_row_options(parser, KEYS)
     args = parser.parse_args(argv)
+    if args.node:
+        return _node_main(args)
     wanted = chosen_rows(parser, args, KEYS)
     rows = [row for row in _rows() if row.key in wanted]
     notes = _notes(args.notes)

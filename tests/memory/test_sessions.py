@@ -76,10 +76,20 @@ def sessions_of(store: Any) -> list[Note]:
     return sorted(notes, key=lambda n: n.observed_at)
 
 
+SUMMARY: dict[int, Any] = {}  # the running summary of a store's thread, by store
+
+
 def compact(store: Any, messages: list[BaseMessage], **options: Any) -> list[BaseMessage]:
-    """One compaction of ``messages`` (the last turn is kept, as the node's rules say)."""
-    update = node(store, **options)({"messages": messages}, CONFIG)
-    return list(add_messages(messages, update["messages"])) if update else messages
+    """One compaction of ``messages`` (the last turn is kept, as the node's rules say),
+    with the running summary the previous one left, as a graph's state holds it."""
+    state: dict[str, Any] = {"messages": messages}
+    if id(store) in SUMMARY:
+        state["summary"] = SUMMARY[id(store)]
+    update = node(store, **options)(state, CONFIG)
+    if not update:
+        return messages
+    SUMMARY[id(store)] = update["summary"]
+    return list(add_messages(messages, update["messages"]))
 
 
 # -- what sessions are ------------------------------------------------------------------
@@ -136,14 +146,20 @@ def test_a_session_cut_by_compactions_keeps_one_note() -> None:
     (part,) = sessions_of(store)
     assert part.provenance.message_ids == ("m1", "m2")
     later = [*messages, said("m4", "Watercolor is fun!", 3, ai=True), said("m5", "It is.", 4)]
+    summary = SUMMARY[id(store)]
     compact(store, later)
     (whole,) = sessions_of(store)
     assert whole.key == part.key  # told again, not written twice
     assert whole.provenance.message_ids == ("m1", "m2", "m3", "m4")
     assert whole.provenance.said_from == part.provenance.said_from
     assert whole.topics[: len(part.topics) - 2] == part.topics[:-2]  # its first part's first
-    compact(store, later)  # a retried step changes nothing
+    SUMMARY[id(store)] = summary  # a retried step: the same state again
+    compact(store, later)
     assert sessions_of(store) == [whole]
+    # without the running summary, the node cannot know the session goes on: a new note
+    SUMMARY.pop(id(store))
+    compact(store, [*later, said("m6", "One more thing about watercolor.", 5)])
+    assert len(sessions_of(store)) == 2
 
 
 def test_long_sessions_stay_short() -> None:

@@ -29,7 +29,11 @@ from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
-from statekeeper.memory._units.sessions import SESSION_SUMMARIZER, session_notes
+from statekeeper.memory._units.sessions import (
+    SESSION_SUMMARIZER,
+    latest_session,
+    session_notes,
+)
 from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
 from statekeeper.memory.metrics import CompactionEvent, log_compaction
 from statekeeper.memory.notes import Note, Provenance
@@ -350,13 +354,14 @@ class SummarizationNode:
                     created_at=now,
                     summarizer=SESSION_SUMMARIZER,
                 )
+                # the session the previous compaction ended in: the last note it wrote
+                last = previous["note_keys"][-1] if previous and previous["note_keys"] else None
                 notes += session_notes(
                     compressed,
                     notes,
-                    store=store,
-                    namespace=namespace,
                     gap=self.notes.session_gap,
                     base=base,
+                    latest=latest_session(store, namespace, last),
                 )
             write_notes(store, namespace, notes, policy=self.conflict_policy)
             note_keys = [note.key for note in notes]

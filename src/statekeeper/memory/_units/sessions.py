@@ -20,8 +20,8 @@ compresses and the notes it made of them:
 - **Provenance**: every message of the session, in order, so it is never mistaken for
   the source of one statement; ``unit`` is ``"session"``.
 - **A session cut by a compaction** continues the note of its first part: when the
-  compressed messages start less than ``gap`` after the latest session note in the
-  namespace ended, that note is told again with the new messages (its message ids and
+  compressed messages start at most ``gap`` after the session note the previous
+  compaction wrote last ended, that note is told again with the new messages (its message ids and
   topics first, the new ones after), under the same key (a session note's key is its
   first message's), so a session has one note however many compactions it took.
   Telling it again with the same messages changes nothing (a retried step).
@@ -41,7 +41,7 @@ from langgraph.store.base import BaseStore
 from statekeeper.errors import SerializationError
 from statekeeper.memory._concepts import CONCEPTS
 from statekeeper.memory._conversation import message_time, speaker
-from statekeeper.memory.notes import NOTE_KIND, DateSpan, Note, Provenance, aware
+from statekeeper.memory.notes import DateSpan, Note, Provenance, aware
 from statekeeper.memory.store.lexical import terms
 from statekeeper.memory.store.query import entities
 
@@ -50,6 +50,7 @@ __all__ = [
     "SESSION_SUMMARIZER",
     "Session",
     "asks_what_was_said",
+    "latest_session",
     "session_notes",
     "sessions",
 ]
@@ -57,6 +58,7 @@ __all__ = [
 MAX_TOKENS = 60  # a session note's text at most, at four characters per token
 SESSION_SUMMARIZER = "session/1"  # the provenance's summarizer of session notes
 _MAX_TOPICS = 12
+_A_DIGIT = re.compile(r"\d")
 _CALENDAR = frozenset(
     [
         "monday",
@@ -84,7 +86,6 @@ _CALENDAR = frozenset(
         "yesterday",
     ]
 )
-_PAGE = 100
 _ABOUT = re.compile(r"\b(?:about|regarding|re)\s+([^\W\d_][\w'’-]*)", re.IGNORECASE)
 # what a question asking what was said uses besides its time ("What did we talk about last
 # week?", "What happened on 2024-04-26?", "What came up yesterday?")
@@ -147,16 +148,15 @@ def session_notes(
     messages: Sequence[BaseMessage],
     notes: Sequence[Note],
     *,
-    store: BaseStore,
-    namespace: tuple[str, ...],
     gap: datetime.timedelta,
     base: Provenance,
+    latest: Note | None = None,
 ) -> list[Note]:
     """The session notes of ``messages`` (what a compaction compresses), told from
-    ``notes`` (the notes it made of them), each continuing the stored note of its
-    session when the first one does (see the module docstring). ``base`` gives the
-    thread, checkpoint and time of the compaction. A session whose messages made no note
-    (only chit-chat) has none either."""
+    ``notes`` (the notes it made of them), the first continuing ``latest`` (the session
+    note the previous compaction wrote last, :func:`latest_session`) when its session
+    goes on (see the module docstring). ``base`` gives the thread, checkpoint and time of
+    the compaction. A session whose messages made no note (only chit-chat) has none."""
     found: list[Note] = []
     runs = [run for run in sessions(messages, gap) if run.ids]
     for index, run in enumerate(runs):
@@ -164,7 +164,7 @@ def session_notes(
         own = [note for note in notes if ids.intersection(note.provenance.message_ids)]
         if not own:
             continue
-        earlier = _open_session(store, namespace, run, gap) if index == 0 else None
+        earlier = _continued(latest, run, gap) if index == 0 else None
         found.append(_told(run, own, earlier, base))
     return found
 
@@ -225,7 +225,7 @@ def _topics(
         theirs = note.text.split(":", 1)[0] in people
         for topic in note.topics:
             key = topic.casefold()
-            if key in skip or key in _CALENDAR or any(ch.isdigit() for ch in topic):
+            if key in skip or key in _CALENDAR or _A_DIGIT.search(topic):
                 continue
             if not (topic[:1].isupper() or key in CONCEPTS or theirs):
                 continue
@@ -237,7 +237,7 @@ def _topics(
         return 0 if shown[key][:1].isupper() else 1 if key in CONCEPTS else 2
 
     ranked = sorted(counts, key=lambda key: (tier(key), -counts[key], order[key]))
-    kept = [topic for topic in first if not any(ch.isdigit() for ch in topic)]
+    kept = [topic for topic in first if not _A_DIGIT.search(topic)]
     known = {topic.casefold() for topic in kept}
     kept += [shown[key] for key in ranked if key not in known]
     return kept[:_MAX_TOPICS]
@@ -266,37 +266,25 @@ def _text(who: Sequence[str], days: Sequence[str], topics: Sequence[str]) -> str
     return f"{head}{', '.join(said)}." if said else f"{head}a conversation."
 
 
-def _open_session(
-    store: BaseStore, namespace: tuple[str, ...], run: Session, gap: datetime.timedelta
-) -> Note | None:
-    """The latest session note in ``namespace`` if ``run`` continues it: its first time
-    is at most ``gap`` after the note's last."""
+def latest_session(store: BaseStore, namespace: tuple[str, ...], key: str | None) -> Note | None:
+    """The session note stored under ``key`` in ``namespace`` (the last note a compaction
+    wrote), or ``None`` when there is none or it is not a session note: one read, whatever
+    the number of notes stored."""
+    item = store.get(namespace, key) if key is not None else None
+    if item is None:
+        return None
+    try:
+        note = Note.from_value(item.value)
+    except SerializationError:
+        return None
+    return note if note.unit == "session" else None
+
+
+def _continued(latest: Note | None, run: Session, gap: datetime.timedelta) -> Note | None:
+    """``latest`` if ``run`` continues its session: its first time is at most ``gap`` from
+    the note's last."""
     times = run.times
-    if not times:
+    said_to = latest.provenance.said_to if latest is not None else None
+    if not times or said_to is None:
         return None
-    latest: Note | None = None
-    offset = 0
-    while True:
-        page = store.search(
-            namespace, filter={"kind": NOTE_KIND, "unit": "session"}, limit=_PAGE, offset=offset
-        )
-        for item in page:
-            if tuple(item.namespace) != namespace:
-                continue
-            try:
-                note = Note.from_value(item.value)
-            except SerializationError:
-                continue
-            said_to = note.provenance.said_to
-            if said_to is not None and (
-                latest is None
-                or latest.provenance.said_to is None
-                or said_to > latest.provenance.said_to
-            ):
-                latest = note
-        if len(page) < _PAGE:
-            break
-        offset += _PAGE
-    if latest is None or latest.provenance.said_to is None:
-        return None
-    return latest if abs(times[0] - aware(latest.provenance.said_to)) <= gap else None
+    return latest if abs(times[0] - aware(said_to)) <= gap else None

@@ -48,7 +48,7 @@ from __future__ import annotations
 import calendar
 import datetime
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from statekeeper.memory._units.tense import Tense, tense_of
@@ -149,7 +149,12 @@ def resolve(text: str, said: datetime.datetime | datetime.date) -> list[TimeSpan
     of position, none overlapping another (the earliest, then the longest, wins)."""
     today = anchor_day(said)
     found: list[tuple[int, int, TimeSpan]] = []
-    for pattern, rule in _RULES:
+    words = set(_LETTERS.findall(text.lower()))
+    if _A_DIGIT.search(text):
+        words.add(_DIGIT)
+    for needs, pattern, rule in _RULES:
+        if not all(words & need for need in needs):
+            continue
         for match in pattern.finditer(text):
             try:
                 days = rule(match, today, text)
@@ -402,9 +407,28 @@ def _a_year(match: re.Match[str], _today: datetime.date, _text: str) -> Days:
     return _year(int(match["y"]), relative=False)
 
 
-_RULES: list[tuple[re.Pattern[str], Rule]] = [
-    (re.compile(r"\b(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})\b"), _iso),
+_DIGIT = "#"  # what a text holds when a rule needs a digit
+_UNITS = frozenset({"day", "days", "week", "weeks", "month", "months", "year", "years"})
+_DAY_WORDS = frozenset({"yesterday", "today", "tonight", "tomorrow", "morning", "afternoon"})
+_DAY_WORDS |= {"evening", "night"}
+_WEEKDAY_WORDS = frozenset(_WEEKDAYS)
+_MONTH_WORDS = frozenset(_MONTHS)
+_FULL_MONTHS = frozenset(_MONTH_NAMES)
+_NUMERALS = frozenset({_DIGIT, *(word.split()[-1] for word in _NUMBERS)})
+_LETTERS = re.compile(r"[a-z]+")
+_A_DIGIT = re.compile(r"\d")
+Need = tuple[frozenset[str], ...]  # a rule applies when the text has a word of each set
+
+# (what a rule needs, its pattern, what it means); the needs let a text skip the rules it
+# cannot match (most statements name no time) with one look at its words
+_RULES: list[tuple[Need, re.Pattern[str], Rule]] = [
     (
+        (frozenset({_DIGIT}),),
+        re.compile(r"\b(?P<y>\d{4})-(?P<m>\d{2})-(?P<d>\d{2})\b"),
+        _iso,
+    ),
+    (
+        (frozenset({_DIGIT}), _MONTH_WORDS),
         _pattern(
             r"\b(?:the\s+)?"
             + _ORDINAL
@@ -414,34 +438,66 @@ _RULES: list[tuple[re.Pattern[str], Rule]] = [
         ),
         _dated,
     ),
-    (_pattern(r"\b" + _ANY_MONTH + r"\s+" + _ORDINAL + r"(?:,?\s+(?P<y>\d{4}))?\b"), _dated),
-    (_pattern(r"\b" + _FULL_MONTH + r",?\s+(?P<y>\d{4})\b"), _month_year),
     (
+        (frozenset({_DIGIT}), _MONTH_WORDS),
+        _pattern(r"\b" + _ANY_MONTH + r"\s+" + _ORDINAL + r"(?:,?\s+(?P<y>\d{4}))?\b"),
+        _dated,
+    ),
+    (
+        (frozenset({_DIGIT}), _FULL_MONTHS),
+        _pattern(r"\b" + _FULL_MONTH + r",?\s+(?P<y>\d{4})\b"),
+        _month_year,
+    ),
+    (
+        (_FULL_MONTHS,),
         _pattern(
             r"\b(?P<dir>last|next|this|in|since|until|till|by|before|during|of|early|mid|late)"
             r"[\s-]+" + _FULL_MONTH + r"\b(?!,?\s+\d{4}\b|\s+\d{1,2}(?:st|nd|rd|th)?\b)"
         ),
         _named_month,
     ),
-    (_pattern(r"\b(?:in|since|during|until|by)\s+(?P<y>(?:19|20)\d{2})\b"), _a_year),
     (
+        (frozenset({_DIGIT}),),
+        _pattern(r"\b(?:in|since|during|until|by)\s+(?P<y>(?:19|20)\d{2})\b"),
+        _a_year,
+    ),
+    (
+        (_DAY_WORDS,),
         _pattern(
             r"\b(?:the day before yesterday|the day after tomorrow|yesterday|today|tonight"
             r"|tomorrow|this (?:morning|afternoon|evening)|last night)\b"
         ),
         _days_word,
     ),
-    (_pattern(r"\b(?P<dir>last|next|this|coming)\s+" + _WEEKDAY + r"\b"), _weekday_with),
-    (_pattern(r"\b(?:on\s+)?" + _WEEKDAY + r"\b"), _weekday),
     (
+        (_WEEKDAY_WORDS,),
+        _pattern(r"\b(?P<dir>last|next|this|coming)\s+" + _WEEKDAY + r"\b"),
+        _weekday_with,
+    ),
+    ((_WEEKDAY_WORDS,), _pattern(r"\b(?:on\s+)?" + _WEEKDAY + r"\b"), _weekday),
+    (
+        (frozenset({"week", "weekend", "month", "year"}),),
         _pattern(r"\b(?P<dir>last|next|this|coming|past)\s+(?P<unit>week|weekend|month|year)\b"),
         _unit_with,
     ),
-    (_pattern(r"\b(?:over|on|at)\s+the\s+weekend\b"), _the_weekend),
-    (_pattern(r"\b" + _NUMBER + r"\s+" + _UNIT + r"\s+ago\b"), _ago),
-    (_pattern(r"\b(?:in|within)\s+" + _NUMBER + r"\s+" + _UNIT + r"\b(?!\s+ago)"), _ahead),
-    (_pattern(r"\b" + _NUMBER + r"\s+" + _UNIT + r"\s+from\s+now\b"), _ahead),
+    ((frozenset({"weekend"}),), _pattern(r"\b(?:over|on|at)\s+the\s+weekend\b"), _the_weekend),
     (
+        (frozenset({"ago"}), _UNITS),
+        _pattern(r"\b" + _NUMBER + r"\s+" + _UNIT + r"\s+ago\b"),
+        _ago,
+    ),
+    (
+        (_UNITS, _NUMERALS),
+        _pattern(r"\b(?:in|within)\s+" + _NUMBER + r"\s+" + _UNIT + r"\b(?!\s+ago)"),
+        _ahead,
+    ),
+    (
+        (frozenset({"now"}), _UNITS),
+        _pattern(r"\b" + _NUMBER + r"\s+" + _UNIT + r"\s+from\s+now\b"),
+        _ahead,
+    ),
+    (
+        (frozenset({_DIGIT}),),
         _pattern(
             r"\bon\s+the\s+(?P<d>\d{1,2}(?:st|nd|rd|th))\b(?!\s+(?:of\s+)?(?:"
             + "|".join(_MONTHS)
@@ -450,6 +506,7 @@ _RULES: list[tuple[re.Pattern[str], Rule]] = [
         _of_the_month,
     ),
     (
+        (frozenset({"month"}),),
         _pattern(
             r"\bthe\s+(?P<d>\d{1,2}(?:st|nd|rd|th)|"
             + "|".join(_ORDINALS)
@@ -458,9 +515,3 @@ _RULES: list[tuple[re.Pattern[str], Rule]] = [
         _of_the_month,
     ),
 ]
-
-
-def spans_in(text: str, said: datetime.datetime | datetime.date | None) -> Iterator[TimeSpan]:
-    """:func:`resolve`, or nothing when it is not known when ``text`` was said."""
-    if said is not None:
-        yield from resolve(text, said)
