@@ -227,8 +227,11 @@ class FileCheckpointer(Checkpointer):
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first (by checkpoint id, then thread and namespace, across
         threads when ``config`` is ``None``), whose metadata equals ``filter`` on every
-        key, strictly older than ``before``; at most ``limit``. Indexes are read from the
-        end in pages, so the first items come without reading a whole history."""
+        key, strictly older than ``before``; at most ``limit``. Logs are read from the end
+        in pages, so the first items come without reading a whole history; across threads,
+        the directory's index names the namespaces to read, newest first, so the first
+        items come without opening every thread (each checked against its log; without an
+        index to trust, every namespace is read).
         if limit is not None and limit <= 0:
             return
         thread_id, ns, checkpoint_id = list_scope(config)
