@@ -77,7 +77,11 @@ def test_the_node_recalls_into_the_state_with_the_graphs_store(shared: SqliteSto
         "attribute",
         "superseded_by",
         "conflicts",
+        "unit",
+        "dates",
     }
+    assert first["unit"] == "turn"
+    assert first["dates"] == []
     assert first["provenance"]["thread_id"]
     assert first["provenance"]["message_ids"]
     assert ask(graph, "Explain quantum entanglement") == []  # nothing relevant: nothing

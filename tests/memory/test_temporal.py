@@ -5,11 +5,20 @@ timestamps, and what is left alone (ambiguous words, impossible dates, bad input
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from langchain_core.messages import AIMessage, HumanMessage
 
 from statekeeper.memory._units.temporal import TimeSpan, anchor_day, annotate, resolve
 from statekeeper.memory._units.tense import tense_of
+from statekeeper.memory.node import NoteOptions, SummarizationNode
+from statekeeper.memory.notes import Note
+from statekeeper.memory.recall import Freshness, recall
+from tests.conftest import Backend
+from tests.memory.conftest import ANY_STORES, pick_store
 
 WEDNESDAY = datetime.date(2024, 5, 8)
 
@@ -192,3 +201,53 @@ def test_a_date_is_its_own_anchor() -> None:
     assert days("last year", datetime.date(9999, 6, 1)) == ["9998"]
     assert days("next year", datetime.date(9998, 6, 1)) == []  # 9999 has no end in range
     assert days("2 years ago", datetime.date(1, 6, 1)) == []
+
+
+# -- through the node and recall, on every store --------------------------------------
+
+
+@pytest.fixture(params=ANY_STORES)
+def any_store(
+    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
+) -> Iterator[Any]:
+    with pick_store(request.param, store_backend, tmp_path) as opened:
+        yield opened
+
+
+def test_a_question_naming_the_day_meant_finds_the_note(any_store: Any) -> None:
+    said = {"timestamp": "2024-05-08T22:30:00-04:00"}  # 9 May in UTC: the speaker's day counts
+    messages = [
+        HumanMessage("I adopted a kitten yesterday, her name is Miso.", id="h1", name="Ana",
+                     additional_kwargs=said),
+        AIMessage("Congratulations on Miso!", id="a1", additional_kwargs=said),
+        HumanMessage("We moved house last month, boxes everywhere.", id="h2", name="Ana",
+                     additional_kwargs=said),
+        AIMessage("Good luck unpacking!", id="a2", additional_kwargs=said),
+        HumanMessage("Thanks, talk soon.", id="h3", name="Ana", additional_kwargs=said),
+    ]  # fmt: skip
+    made = NoteOptions(clock=lambda: datetime.datetime(2024, 5, 9, 3, tzinfo=datetime.UTC))
+    node = SummarizationNode(budget_tokens=1, keep_tokens=0, store=any_store, notes=made)
+    node({"messages": messages}, {"configurable": {"thread_id": "ana"}})
+    notes = {
+        Note.from_value(item.value).text: Note.from_value(item.value)
+        for item in any_store.search(("notes", "ana"), limit=100)
+    }
+    kitten = notes["Ana: I adopted a kitten yesterday (2024-05-07), her name is Miso."]
+    assert [(d.phrase, d.start.isoformat()) for d in kitten.dates] == [("yesterday", "2024-05-07")]
+    assert "2024-05-07" in kitten.topics
+    moved = notes["Ana: We moved house last month (April 2024), boxes everywhere."]
+    assert "April 2024" in moved.topics
+    asked = Freshness(as_of=datetime.datetime(2024, 6, 1, tzinfo=datetime.UTC))
+    hits = recall(any_store, ("notes", "ana"), "What did Ana adopt on 2024-05-07?", freshness=asked)
+    assert hits[0].key == kitten.key
+    # what happened that day: the session that named it, then what was said of it
+    hits = recall(any_store, ("notes", "ana"), "What happened on 2024-05-07?", freshness=asked)
+    assert [hit.note.unit for hit in hits[:2]] == ["session", "turn"]
+    assert hits[1].key == kitten.key
+    # said in May, about April: the window matches the dates it names
+    question = "Which house move happened in April 2024?"
+    hits = recall(any_store, ("notes", "ana"), question, freshness=asked)
+    assert hits[0].key == moved.key
+    hits = recall(any_store, ("notes", "ana"), "What did Ana do in April 2024?", freshness=asked)
+    assert [hit.note.unit for hit in hits[:2]] == ["session", "turn"]
+    assert hits[1].key == moved.key

@@ -121,6 +121,8 @@ class Hit:
             "attribute": note["attribute"],
             "superseded_by": note["superseded_by"],
             "conflicts": list(self.conflicts),
+            "unit": note["unit"],
+            "dates": note["dates"],
         }
 
 
