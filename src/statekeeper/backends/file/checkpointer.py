@@ -231,7 +231,7 @@ class FileCheckpointer(Checkpointer):
         in pages, so the first items come without reading a whole history; across threads,
         the directory's index names the namespaces to read, newest first, so the first
         items come without opening every thread (each checked against its log; without an
-        index to trust, every namespace is read).
+        index to trust, every namespace is read)."""
         if limit is not None and limit <= 0:
             return
         thread_id, ns, checkpoint_id = list_scope(config)
