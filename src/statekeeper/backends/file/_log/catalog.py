@@ -15,7 +15,8 @@ Why it can be trusted, and when it is not:
   to a new journal (a *rotation*), which waits for the changes in flight, so every change
   announced in the old journal is committed before a rebuild reads the threads, and a
   compaction finds only killed writers' changes still pending there. A gate
-  (``locks/@index-gate``) taken before the shared lock lets a waiting rotation in first.
+  (``locks/@index-gate``), which writers pass shared before taking the shared lock and a
+  rotation holds exclusively while it waits, lets a waiting rotation in first.
   Appends are serialised by ``locks/@index-append`` (microseconds), so each journal line
   names the one before it and the journal has a head like any log. At most one process
   compacts or rebuilds at a time (``locks/@index-build``).

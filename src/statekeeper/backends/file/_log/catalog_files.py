@@ -49,7 +49,15 @@ from statekeeper._storage.files import (
     unpack_record,
 )
 from statekeeper.backends.file._log.blocks import LogBlocks
-from statekeeper.backends.file._log.head import Head, head_path, initial_head, read_head, write_head
+from statekeeper.backends.file._log.head import (
+    SLOT,
+    Head,
+    head_path,
+    initial_head,
+    read_head,
+    slot_bytes,
+    write_head,
+)
 from statekeeper.backends.file._log.lines import DamagedIndex, dumps, intact, line, prev_of, unline
 
 __all__ = [
@@ -242,6 +250,9 @@ def _record_line(record: Mapping[str, Any], prev: bytes) -> bytes:
     return line(dumps(record).encode("ascii"), prev)
 
 
+_WRITTEN: dict[bytes, Head] = {}  # a journal head's bytes as last written here -> that head
+
+
 class JournalWriter:
     """A journal open for appending; the caller holds the append lock for each
     :meth:`append` (so appends never interleave, and each line names the one before)."""
@@ -268,10 +279,13 @@ class JournalWriter:
             CatalogDamage: the journal or its head is damaged (nothing is written).
             OSError: the write failed.
         """
-        try:
-            head = read_head(self._head_fd, head_path(self.path), JOURNAL)
-        except DamagedIndex as damage:
-            raise CatalogDamage(str(damage), self.path) from None
+        slots = os.pread(self._head_fd, 2 * SLOT, 0)
+        head = _WRITTEN.get(slots)  # the head this process wrote last, unchanged since
+        if head is None:
+            try:
+                head = read_head(self._head_fd, head_path(self.path), JOURNAL)
+            except DamagedIndex as damage:
+                raise CatalogDamage(str(damage), self.path) from None
         size = os.fstat(self._fd).st_size
         if size < head.end:
             raise CatalogDamage(f"it ends at byte {size}, before its head ({head.end})", self.path)
@@ -296,10 +310,13 @@ class JournalWriter:
         if durable:
             flush(self._fd)
         end = at + len(data)
-        write_head(
-            self._head_fd,
-            Head(head.seq + 1, head.generation, end, prev, count + len(parts), None, JOURNAL),
-        )
+        new = Head(head.seq + 1, head.generation, end, prev, count + len(parts), None, JOURNAL)
+        write_head(self._head_fd, new)
+        if len(slots) == 2 * SLOT:  # the head file as it is now: the next append reuses it
+            at_slot = (new.seq % 2) * SLOT
+            if len(_WRITTEN) >= 64:
+                _WRITTEN.clear()
+            _WRITTEN[slots[:at_slot] + slot_bytes(new) + slots[at_slot + SLOT :]] = new
         return end
 
 

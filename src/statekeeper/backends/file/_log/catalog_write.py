@@ -70,7 +70,7 @@ def lock(path: str, timeout: float, *, shared: bool = False, wait: bool = True) 
         raise storage_error(exc, "open the lock file", path) from exc
     _held[fd] = threading.get_ident()
     try:
-        deadline, pause = time.monotonic() + timeout, 0.0005
+        deadline, pause = time.monotonic() + timeout, 0.0001  # held for microseconds
         operation = (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB
         while not _flock(fd, operation):
             if not wait:
@@ -138,7 +138,8 @@ class Change:
             return
         self._opened = True
         catalog = self.catalog
-        with catalog.lock(GATE):
+        # through the gate, shared among writers: a rotation waiting there goes first
+        with catalog.lock(GATE, shared=True):
             self._stack.enter_context(catalog.lock(SHARED, shared=True))
         try:
             self._state = read_state(catalog.folder)

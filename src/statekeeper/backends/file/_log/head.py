@@ -46,6 +46,7 @@ __all__ = [
     "kept",
     "parse_slots",
     "read_head",
+    "slot_bytes",
     "write_head",
 ]
 
@@ -75,6 +76,11 @@ def kept(newest: str | None) -> str | None:
 def head_path(log: Path) -> Path:
     """The head of the log at ``log``."""
     return log.with_name(log.name + SUFFIX)
+
+
+def slot_bytes(head: Head) -> bytes:
+    """The slot ``head`` is written as (what :func:`write_head` writes)."""
+    return _slot(head)
 
 
 def _slot(head: Head) -> bytes:
