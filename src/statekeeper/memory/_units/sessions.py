@@ -60,31 +60,9 @@ SESSION_SUMMARIZER = "session/1"  # the provenance's summarizer of session notes
 _MAX_TOPICS = 12
 _A_DIGIT = re.compile(r"\d")
 _CALENDAR = frozenset(
-    [
-        "monday",
-        "tuesday",
-        "wednesday",
-        "thursday",
-        "friday",
-        "saturday",
-        "sunday",
-        "january",
-        "february",
-        "march",
-        "april",
-        "may",
-        "june",
-        "july",
-        "august",
-        "september",
-        "october",
-        "november",
-        "december",
-        "today",
-        "tonight",
-        "tomorrow",
-        "yesterday",
-    ]
+    """monday tuesday wednesday thursday friday saturday sunday january february march april
+    may june july august september october november december today tonight tomorrow
+    yesterday""".split()  # noqa: SIM905
 )
 _ABOUT = re.compile(r"\b(?:about|regarding|re)\s+([^\W\d_][\w'’-]*)", re.IGNORECASE)
 # what a question asking what was said uses besides its time ("What did we talk about last

@@ -25,132 +25,31 @@ def _pattern(text: str) -> re.Pattern[str]:
     return re.compile(text, re.IGNORECASE)
 
 
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
 _FUTURE_MARKERS = _pattern(
     r"\b(?:will|shall|gonna|going to|about to|plan|plans|planning|scheduled|upcoming|soon"
     r"|hope to|hoping to|intend to|want to|wants to)\b|'ll\b|’ll\b"
 )
-_IRREGULAR_PAST = [
-    "was",
-    "were",
-    "did",
-    "had",
-    "went",
-    "got",
-    "came",
-    "saw",
-    "made",
-    "took",
-    "gave",
-    "met",
-    "left",
-    "ran",
-    "won",
-    "lost",
-    "bought",
-    "found",
-    "told",
-    "said",
-    "felt",
-    "kept",
-    "began",
-    "became",
-    "brought",
-    "sent",
-    "spent",
-    "thought",
-    "wrote",
-    "ate",
-    "drove",
-    "flew",
-    "fell",
-    "heard",
-    "held",
-    "paid",
-    "sat",
-    "slept",
-    "spoke",
-    "stood",
-    "swam",
-    "taught",
-    "threw",
-    "wore",
-    "broke",
-    "chose",
-    "forgot",
-    "sold",
-    "built",
-    "caught",
-    "fought",
-    "hid",
-    "hurt",
-    "led",
-    "rode",
-    "rang",
-    "sang",
-    "sank",
-    "shook",
-    "shot",
-    "shut",
-    "stole",
-    "struck",
-    "swore",
-    "tore",
-    "woke",
-    "wasn't",
-    "weren't",
-    "didn't",
-    "hadn't",
-]
+_IRREGULAR_PAST = _words(
+    """was were did had went got came saw made took gave met left ran won lost bought found
+    told said felt kept began became brought sent spent thought wrote ate drove flew
+    fell heard held paid sat slept spoke stood swam taught threw wore broke chose forgot
+    sold built caught fought hid hurt led rode rang sang sank shook shot shut stole
+    struck swore tore woke wasn't weren't didn't hadn't"""
+)
 _PAST_MARKERS = _pattern(r"\b(?:" + "|".join(_IRREGULAR_PAST) + r"|ago|yesterday)\b|\b\w{2,}ed\b")
 # words in -ed that are adjectives or nouns more often than pasts: no tense of their own
 _NOT_PAST = frozenset(
-    [
-        "need",
-        "bed",
-        "red",
-        "shed",
-        "wed",
-        "sled",
-        "seed",
-        "feed",
-        "speed",
-        "breed",
-        "weed",
-        "indeed",
-        "hundred",
-        "sacred",
-        "naked",
-        "wicked",
-        "beloved",
-        "tired",
-        "excited",
-        "interested",
-        "worried",
-        "scared",
-        "bored",
-        "married",
-        "engaged",
-        "supposed",
-        "used",
-        "based",
-        "located",
-        "scheduled",
-        "planned",
-        "expected",
-        "invited",
-        "allowed",
-        "required",
-        "prepared",
-        "pleased",
-        "thrilled",
-        "delighted",
-        "determined",
-        "surprised",
-        "amazed",
-        "annoyed",
-        "stressed",
-        "relaxed",
-    ]
+    _words(
+        """need bed red shed wed sled seed feed speed breed weed indeed hundred sacred naked
+        wicked beloved tired excited interested worried scared bored married engaged
+        supposed used based located scheduled planned expected invited allowed required
+        prepared pleased thrilled delighted determined surprised amazed annoyed stressed
+        relaxed"""
+    )
 )
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
 
