@@ -240,11 +240,11 @@ def fact_topics(attribute: str) -> tuple[str, ...]:
 
 
 # The words a question asks for an attribute with, as written ("Who does Ana work for
-# now?", "Where is she living?", "What vehicle does he have?"): the
-# attribute's own name, its common synonyms and the verbs that ask for its value. A
-# question about a job asks about an employer and an occupation alike, since one
-# statement usually tells both ("I'm joining Acme as a nurse"). "City" is not among them:
-# "which city did she fly to?" asks about a trip as often as a home.
+# now?", "Where is she living?", "What vehicle does he have?"): the attribute's own name,
+# its common synonyms and the verbs that ask for its value. A question about a job asks
+# about an employer and an occupation alike, since one statement usually tells both
+# ("I'm joining Acme as a nurse"). "City" is not among them: "which city did she fly
+# to?" asks about a trip as often as a home.
 ASKED_WITH: dict[str, tuple[str, ...]] = {
     "home": tuple(
         _split(
