@@ -12,9 +12,6 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from statekeeper._storage.crc import crc32_combine
 from statekeeper._storage.deltas import (
-    MAX_CHAIN,
-    RecentPayloads,
-    Remembered,
     StoredValue,
     ValuePlanner,
     append_delta,
@@ -23,6 +20,7 @@ from statekeeper._storage.deltas import (
     rebuild_all,
 )
 from statekeeper._storage.payload import safe_serde
+from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads, Remembered
 from statekeeper.errors import SerializationError
 
 SERDE = safe_serde()

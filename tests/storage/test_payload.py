@@ -15,8 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage
 
-from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
+from statekeeper._storage.deltas import ValuePlanner
 from statekeeper._storage.payload import MAX_DEPTH, _scan, check_id, decode, encode, safe_serde
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.redis._client import pack
 from statekeeper.backends.redis._layout import Layout, _framed, version_part
 from statekeeper.checkpointers.semantics import dump_metadata

@@ -32,7 +32,9 @@ from statekeeper.errors import SerializationError
 __all__ = [
     "MAX_DEPTH",
     "array_header",
+    "array_header_length",
     "check_extensions",
+    "element_count",
     "safe_serde",
     "too_deep",
     "within_depth",
@@ -182,6 +184,30 @@ def array_header(count: int) -> bytes:
     if count < 1 << 16:
         return b"\xdc" + count.to_bytes(2, "big")
     return b"\xdd" + count.to_bytes(4, "big")
+
+
+def array_header_length(data: bytes) -> int | None:
+    """Length of the msgpack array header ``data`` starts with, or None if not an array."""
+    if not data:
+        return None
+    first = data[0]
+    if 0x90 <= first <= 0x9F:  # fixarray
+        return 1
+    if first == 0xDC:  # array 16
+        return 3
+    if first == 0xDD:  # array 32
+        return 5
+    return None
+
+
+def element_count(data: bytes) -> int:
+    """The element count in the msgpack array header ``data`` starts with."""
+    first = data[0]
+    if first == 0xDC:
+        return int.from_bytes(data[1:3], "big")
+    if first == 0xDD:
+        return int.from_bytes(data[1:5], "big")
+    return first & 0x0F
 
 
 def within_depth(value: Any) -> bool:

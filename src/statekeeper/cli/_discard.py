@@ -33,7 +33,7 @@ __all__ = ["New", "discard_if_empty", "find_new"]
 _REDIS = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 # what opening a file checkpoint directory writes, and no thread ever does
 _FILE_OWN = ("statekeeper.json",)
-_FILE_LOCK_DIRS = ("locks", "claims")
+_FILE_LOCK_DIRS = ("locks", "claims", "index")  # and what only mirrors the threads
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from typing import Any, NamedTuple
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, DeltaChannelHistory, PendingWrite
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.deltas import RecentPayloads
 from statekeeper._storage.lineage import assemble_history
 from statekeeper._storage.payload import decode
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.file._layout import decode_name, is_hashed
 from statekeeper.backends.file._log.catalog import Catalog, Scanned
 from statekeeper.backends.file._log.catalog_files import CatalogDamage

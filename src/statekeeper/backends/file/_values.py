@@ -24,17 +24,10 @@ from typing import Any, NamedTuple
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.deltas import (
-    MAX_CHAIN,
-    PlannedValue,
-    RecentPayloads,
-    Remembered,
-    StoredValue,
-    ValuePlanner,
-    rebuild_all,
-)
+from statekeeper._storage.deltas import PlannedValue, StoredValue, ValuePlanner, rebuild_all
 from statekeeper._storage.lineage import walk_chains
 from statekeeper._storage.payload import EMPTY
+from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads, Remembered
 from statekeeper.backends.file._log.lines import DamagedIndex, Entry
 from statekeeper.backends.file._log.view import IndexView
 from statekeeper.backends.file._namespace import (

@@ -49,8 +49,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
 
-from statekeeper._storage.deltas import MAX_CHAIN
 from statekeeper._storage.files import TEMP_PREFIX, read_bytes, replace_file, sync_dir
+from statekeeper._storage.remembered import MAX_CHAIN
 from statekeeper.backends.file._directory import trash_lock
 from statekeeper.backends.file._layout import (
     decode_name,

@@ -52,8 +52,9 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims
-from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
+from statekeeper._storage.deltas import ValuePlanner
 from statekeeper._storage.payload import safe_serde
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.file import DirectoryOptions, directory_path, opening
 from statekeeper.backends.file._log.catalog import Catalog, Change
 from statekeeper.backends.file._log.lines import Entry, make_entry

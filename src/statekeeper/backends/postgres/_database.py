@@ -34,6 +34,7 @@ import psycopg
 import psycopg.types.numeric
 import psycopg_pool
 from psycopg import sql
+from psycopg_pool import ConnectionPool
 
 from statekeeper.backends.postgres import Connection
 from statekeeper.errors import (
@@ -76,11 +77,8 @@ class Migration:
     statements: tuple[str, ...]
 
 
-# Every Python int goes to the server as bigint. psycopg would pick int2, int4, int8 or
-# numeric by each value, so a statement with a checksum among its parameters had another
-# signature at nearly every call, was never prepared (psycopg prepares a statement after
-# prepare_threshold runs of one signature) and was planned again at every call: the
-# planning of the put statement costs four times its execution.
+# Every int goes as bigint: psycopg picks int2...numeric by value, which gave statements
+# holding checksums a new signature at every call, so they were never prepared (_settings)
 _ADAPTERS = psycopg.adapt.AdaptersMap(psycopg.adapters)
 _ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8Dumper)
 _ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8BinaryDumper)
@@ -114,21 +112,18 @@ class Database:
         self._closed = False
         self._lock = threading.Lock()
         self._apools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}  # one per event loop
-        kwargs: dict[str, Any] = {"autocommit": True, "context": _ADAPTERS}
+        self._kwargs: dict[str, Any] = {"autocommit": True, "context": _ADAPTERS}
         if connection.read_only:
-            kwargs["options"] = "-c default_transaction_read_only=on"
-        self._kwargs = kwargs
+            self._kwargs["options"] = "-c default_transaction_read_only=on"
         try:
-            self._pool = psycopg_pool.ConnectionPool(
+            self._pool = ConnectionPool(
                 connection.conninfo,
                 kwargs=self._conn_kwargs(),
                 min_size=connection.pool_min_size,
                 max_size=connection.pool_max_size,
                 timeout=connection.pool_timeout,
                 configure=self._configure,
-                check=psycopg_pool.ConnectionPool.check_connection
-                if connection.pool_check
-                else None,
+                check=ConnectionPool.check_connection if connection.pool_check else None,
                 open=False,
                 name=f"statekeeper-{component}",
             )
@@ -162,9 +157,8 @@ class Database:
         return conn
 
     def _settings(self) -> sql.Composed:
-        # Statements are prepared after a few runs (psycopg's prepare_threshold); a generic
-        # plan then saves planning the long put statement at every call, which costs more
-        # than running it (every lookup is by primary key, so the generic plan is as good).
+        # Prepared after a few runs (prepare_threshold), a statement's generic plan saves
+        # planning the put at every call: several times its execution (lookups are by key)
         return sql.SQL("SET search_path TO {}; SET plan_cache_mode TO force_generic_plan").format(
             sql.Identifier(self.schema)
         )
@@ -452,10 +446,6 @@ def _execute(cur: psycopg.Cursor[Any], q: Q) -> Any:
         cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
         return cur.rowcount
     cur.execute(q.sql, q.params)  # type: ignore[arg-type]
-    return _reply(cur, q)
-
-
-def _reply(cur: Any, q: Q) -> Any:
     if q.fetch == "count":
         return cur.rowcount
     if cur.description is None:

@@ -25,9 +25,10 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.deltas import MAX_CHAIN, RecentPayloads, StoredValue, rebuild_all
+from statekeeper._storage.deltas import StoredValue, rebuild_all
 from statekeeper._storage.lineage import assemble_history, walk_chains
 from statekeeper._storage.payload import EMPTY, decode, loads
+from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads
 from statekeeper.backends.postgres import decode_id, encode_id
 from statekeeper.backends.postgres._database import BEGIN_READ, COMMIT, Op, Q
 from statekeeper.backends.postgres._integrity import (

@@ -33,8 +33,9 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import sql
 
-from statekeeper._storage.deltas import PlannedValue, RecentPayloads, ValuePlanner
+from statekeeper._storage.deltas import PlannedValue, ValuePlanner
 from statekeeper._storage.payload import safe_serde
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.postgres import (
     POOL_OPTIONS,
     Connection,

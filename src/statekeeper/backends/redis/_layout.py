@@ -19,11 +19,8 @@ from typing import Any
 
 from langgraph.checkpoint.base import PendingWrite
 
-from statekeeper._storage.deltas import (
-    RecentPayloads,
-    Remembered,
-)
 from statekeeper._storage.payload import check_id
+from statekeeper._storage.remembered import RecentPayloads, Remembered
 from statekeeper.backends.redis._client import ordered
 from statekeeper.backends.redis._client import tag as tag_of
 from statekeeper.backends.redis._index.members import Declared, IndexKeys

@@ -25,9 +25,9 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.deltas import RecentPayloads
 from statekeeper._storage.lineage import assemble_history, walk_chains
 from statekeeper._storage.payload import EMPTY, decode, loads
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.sqlite._database import Database
 from statekeeper.backends.sqlite._integrity import (
     Where,

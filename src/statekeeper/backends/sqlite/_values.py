@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from statekeeper._storage.deltas import (
-    MAX_CHAIN,
-    PlannedValue,
-    RecentPayloads,
-    StoredValue,
-    rebuild_all,
-)
+from statekeeper._storage.deltas import PlannedValue, StoredValue, rebuild_all
+from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads
 from statekeeper.backends.sqlite._integrity import (
     Where,
     check_key,

@@ -28,8 +28,9 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.deltas import RecentPayloads, crc
+from statekeeper._storage.deltas import crc
 from statekeeper._storage.payload import EMPTY, decode
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.sqlite._database import Database
 from statekeeper.backends.sqlite._integrity import (
     Where,

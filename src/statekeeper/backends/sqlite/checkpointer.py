@@ -32,8 +32,9 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims, ProcessClaims
-from statekeeper._storage.deltas import RecentPayloads, ValuePlanner
+from statekeeper._storage.deltas import ValuePlanner
 from statekeeper._storage.payload import safe_serde
+from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.sqlite import database_path
 from statekeeper.backends.sqlite._database import MEMORY, Database
 from statekeeper.backends.sqlite._integrity import (
