@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from statekeeper._storage.deltas import ValuePlanner
 from statekeeper._storage.payload import MAX_DEPTH, _scan, check_id, decode, encode, safe_serde
-from statekeeper._storage.remembered import RecentPayloads
+from statekeeper._storage.remembered import RecentPayloads, Remembered
 from statekeeper.backends.redis._client import pack
 from statekeeper.backends.redis._layout import Layout, _framed, version_part
 from statekeeper.checkpointers.semantics import dump_metadata
@@ -276,6 +276,11 @@ def test_a_value_nested_deeper_than_the_limit_is_refused_on_write_and_on_read(ne
     too_deep = {nested_lists: b"\x91" * 900 + b"\x90", nested_dicts: b"\x81\xa1k" * 900 + b"\x90"}
     with pytest.raises(SerializationError, match=f"nested deeper than {MAX_DEPTH} levels"):
         decode(SERDE, "msgpack", "", too_deep[nest])
+    # also when a checkpointer reads them: only the bytes it wrote itself go unchecked
+    recent = RecentPayloads()
+    recent.put("k", Remembered.whole("v1", too_deep[nest][:1] + b"\x90", 0, None))
+    with pytest.raises(SerializationError, match=f"nested deeper than {MAX_DEPTH} levels"):
+        recent.load(SERDE, "k", "msgpack", too_deep[nest])
 
 
 def test_depth_is_counted_from_each_object_as_on_write() -> None:

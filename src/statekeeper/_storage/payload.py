@@ -156,9 +156,11 @@ def decode(serde: SerializerProtocol, type_: str, codec: str, data: bytes) -> An
     return loads(serde, type_, unpack(codec, data))
 
 
-def loads(serde: SerializerProtocol, type_: str, data: bytes) -> Any:
+def loads(serde: SerializerProtocol, type_: str, data: bytes, *, checked: bool = False) -> Any:
     """``serde.loads_typed((type_, data))``, with its failures as SerializationError, and
-    a value nested deeper than any write allows (:data:`MAX_DEPTH`) refused too."""
+    a value nested deeper than any write allows (:data:`MAX_DEPTH`) refused too, unless
+    ``checked``: the bytes are ones this process wrote, whose depth was checked then (the
+    check re-encodes the value: a pass over it as long as the decoding)."""
     try:
         value = serde.loads_typed((type_, data))
     except SerializationError:
@@ -168,7 +170,7 @@ def loads(serde: SerializerProtocol, type_: str, data: bytes) -> Any:
             f"cannot deserialise a stored {type_!r} payload: {exc}; it is corrupt or was "
             "written with another serde (e.g. a different encryption key)"
         ) from exc
-    if len(data) > MAX_DEPTH and not within_depth(value):  # deeper takes more bytes
+    if not checked and len(data) > MAX_DEPTH and not within_depth(value):  # deeper: longer
         raise SerializationError(
             f"a stored {type_!r} payload is nested deeper than {MAX_DEPTH} levels, deeper "
             "than any value statekeeper writes: it is corrupt or was crafted"

@@ -20,7 +20,10 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
 from statekeeper._storage.crc import crc32_combine
+from statekeeper._storage.payload import loads
 from statekeeper._storage.serde import array_header, array_header_length, element_count
 
 __all__ = ["MAX_CHAIN", "SKIP_RADIX", "RecentPayloads", "Remembered", "Rung"]
@@ -190,21 +193,30 @@ class RecentPayloads:
             if old is not None:
                 self._size -= old.size
 
-    def adopt(self, key: Hashable, data: bytes, value: Any) -> None:
-        """Learn the elements a read decoded: when ``data`` is the very payload object
-        remembered under ``key`` (the read was served from this memory, so ``value``
-        was decoded from exactly these bytes), remember ``value``'s elements, so that a
-        put of a list built around them (LangGraph's next step, after ``get_tuple``)
-        serialises only what it appends. Anything else leaves the memory as it is."""
+    def load(self, serde: SerializerProtocol, key: Hashable, type_: str, data: bytes) -> Any:
+        """The value of a payload a read found under ``key``. When ``data`` is the very
+        payload object remembered there (the read was served from this memory), the
+        value is decoded from exactly the bytes this process wrote, so the depth check of
+        :func:`~.payload.loads`, done when they were written, is not done again; and its
+        elements are remembered, so that a put of a list built around them (LangGraph's
+        next step, after ``get_tuple``) serialises only what it appends."""
         with self._lock:
             entry = self._entries.get(key)
-        if entry is None or entry._data is not data or type(value) is not list:
+        ours = entry is not None and entry._data is data
+        value = loads(serde, type_, data, checked=ours)
+        if ours:
+            assert entry is not None
+            self._adopt(key, entry, value)
+        return value
+
+    def _adopt(self, key: Hashable, entry: Remembered, value: Any) -> None:
+        if type(value) is not list:
             return
         elements = _snapshot(value)
         if elements is None or len(elements) != entry.count:
             return
         adopted = Remembered(entry.path, entry.pieces, entry.body_crc, elements, entry.size)
-        adopted._data = data
+        adopted._data = entry._data
         with self._lock:
             if self._entries.get(key) is entry:  # not replaced meanwhile
                 self._entries[key] = adopted

@@ -159,10 +159,13 @@ class Reader:
             known = Known(self.recent, self.memo)
             for channel, at in record["values"].items():
                 version = versions[channel]
-                payload = read_value(self.n, lines, at, channel, version, known)
-                values[channel] = value = decode(self.serde, *payload)
-                # what the next put appends to: it serialises only the appended elements
-                self.recent.adopt((self.n.thread_id, self.n.ns, channel), payload[2], value)
+                type_, codec, data = read_value(self.n, lines, at, channel, version, known)
+                key = (self.n.thread_id, self.n.ns, channel)
+                values[channel] = (  # remembered bytes: what the next put appends to
+                    decode(self.serde, type_, codec, data)
+                    if codec
+                    else self.recent.load(self.serde, key, type_, data)
+                )
         return values
 
 

@@ -396,18 +396,20 @@ CHAIN = (
 def decode_raw(
     serde: SerializerProtocol, raw: Raw, recent: RecentPayloads | None = None
 ) -> CheckpointTuple:
-    """The checkpoint tuple of a verified :class:`Raw`; ``recent`` learns the lists it
-    decoded from payloads it remembers (:meth:`RecentPayloads.adopt`), so that the next
-    put, which appends to them, serialises only what it appends."""
+    """The checkpoint tuple of a verified :class:`Raw`, its values decoded through
+    ``recent`` when given (:meth:`RecentPayloads.load`: the next put, which appends to
+    them, serialises only what it appends)."""
     row = raw.row
     thread_id, ns = decode_id(row.thread_id), decode_id(row.checkpoint_ns)
     checkpoint_id = decode_id(row.checkpoint_id)
     checkpoint: Checkpoint = decode(serde, row.type, row.codec, row.checkpoint)
-    decoded = [(channel, data, loads(serde, kind, data)) for channel, kind, data in raw.values]
-    if recent is not None:
-        for channel, data, value in decoded:
-            recent.adopt((row.thread_id, row.checkpoint_ns, channel), data, value)
-    checkpoint["channel_values"] = {decode_id(channel): value for channel, _, value in decoded}
+    key = (row.thread_id, row.checkpoint_ns)
+    checkpoint["channel_values"] = {
+        decode_id(channel): recent.load(serde, (*key, channel), kind, data)
+        if recent is not None
+        else loads(serde, kind, data)
+        for channel, kind, data in raw.values
+    }
     parent = decode_id(row.parent_id) if row.parent_id else None
     return CheckpointTuple(
         config=checkpoint_config(thread_id, ns, checkpoint_id),

@@ -210,9 +210,9 @@ def read_rest(
 def decode_raw(
     serde: SerializerProtocol, raw: Raw, database: str, recent: RecentPayloads | None = None
 ) -> CheckpointTuple:
-    """The checkpoint tuple of a verified :data:`Raw`; ``recent`` learns the lists it
-    decoded from payloads it remembers (:meth:`RecentPayloads.adopt`), so that the next
-    put, which appends to them, serialises only what it appends.
+    """The checkpoint tuple of a verified :data:`Raw`, its values decoded through
+    ``recent`` when given (:meth:`RecentPayloads.load`: the next put, which appends to
+    them, serialises only what it appends).
 
     Raises:
         SerializationError: ``serde`` cannot read a payload (another key, another serde).
@@ -230,12 +230,12 @@ def decode_raw(
         where = Where(database, thread_id, ns, checkpoint_id)
         path = key_path("checkpoints", thread_id, ns, checkpoint_id)
         raise corrupt(where, "checkpoint", path, "it does not decode to this checkpoint")
-    checkpoint["channel_values"] = decoded = {
-        channel: loads(serde, kind, data) for channel, kind, data in values
+    checkpoint["channel_values"] = {
+        channel: recent.load(serde, (thread_id, ns, channel), kind, data)
+        if recent is not None
+        else loads(serde, kind, data)
+        for channel, kind, data in values
     }
-    if recent is not None:
-        for channel, _, data in values:
-            recent.adopt((thread_id, ns, channel), data, decoded[channel])
     return CheckpointTuple(
         config=checkpoint_config(thread_id, ns, checkpoint_id),
         checkpoint=checkpoint,

@@ -22,7 +22,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.payload import decode, loads
+from statekeeper._storage.payload import decode
 from statekeeper.backends.redis._client import split_ordered
 from statekeeper.backends.redis._integrity.records import Payloads, Record, decode_writes
 from statekeeper.backends.redis._integrity.seal import SEAL, Bad, corrupt, damage
@@ -136,9 +136,9 @@ class Checked(Layout):
                 except (ValueError, IndexError):
                     raise Bad("it names a bad value field", "checkpoint", "cp", ref) from None
                 type_, payload = payloads.payload(value_field, links)
-                channel_values[channel] = value = loads(serde, type_, payload)
-                # what the next put appends to: it serialises only the appended elements
-                self.written.recent.adopt((thread_id, ns, channel), payload, value)
+                # remembered bytes: what the next put appends to
+                key = (thread_id, ns, channel)
+                channel_values[channel] = self.written.recent.load(serde, key, type_, payload)
         checkpoint["channel_values"] = channel_values
         writes = decode_writes(serde, write_pairs, None, count, ref)
         config: RunnableConfig = checkpoint_config(thread_id, ns, checkpoint_id)
