@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from _report import Progress, add_row_options, as_json, chosen_rows, ratio_table, rotated, table
-from _savers import directory_bytes, redis_url
+from _savers import POSTGRES_BYTES, directory_bytes, postgres_url, redis_url
 
 DATASET = Path(__file__).resolve().parent / "memory" / "dev.json"
 NAMESPACE = ("notes", "bench")
@@ -108,7 +108,8 @@ def _ours(path: Path, backend: str, embed: bool) -> Iterator[tuple[Any, Callable
     elif backend == "memory":
         url, size = f"memory://{query}", lambda: None
     else:
-        with _redis_store(query) as (store, measure):
+        opener = _redis_store if backend == "redis" else _postgres_store
+        with opener(query) as (store, measure):
             yield store, measure
         return
     with open_store(url) as store:
@@ -141,6 +142,33 @@ def _redis_store(query: str) -> Iterator[tuple[Any, Callable[[], int | None]]]:
         client.close()
 
 
+@contextmanager
+def _postgres_store(query: str) -> Iterator[tuple[Any, Callable[[], int | None]]]:
+    """A store in a schema of its own on $POSTGRES_URL, dropped afterwards; bytes: its
+    tables with their indexes and TOAST."""
+    from psycopg import Connection, sql
+
+    from statekeeper.memory.store import open_store
+
+    base = postgres_url()
+    schema = f"bench_{uuid.uuid4().hex}"
+    url = f"{base}{'&' if '?' in base else '?'}schema={schema}"
+    if query:
+        url += "&" + query.lstrip("?")
+    admin = Connection.connect(base, autocommit=True)
+
+    def measure() -> int:
+        row = admin.execute(POSTGRES_BYTES.replace("current_schema()", "%s"), (schema,)).fetchone()
+        return int(row[0]) if row else 0
+
+    try:
+        with open_store(url) as store:
+            yield store, measure
+    finally:
+        admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        admin.close()
+
+
 def _rows() -> list[Row]:
     rows = []
     for group, embed in (("plain", False), ("embed", True)):
@@ -154,7 +182,7 @@ def _rows() -> list[Row]:
                 lambda path, e=embed: _langgraph(path, e),
             )
         )
-        for backend in ("sqlite", "file", "redis", "memory"):
+        for backend in ("sqlite", "file", "redis", "postgres", "memory"):
             rows.append(
                 Row(
                     f"{backend}-{group}",

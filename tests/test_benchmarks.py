@@ -313,18 +313,18 @@ def test_startup_times_the_commands_asked_for(tmp_path: Path) -> None:
 def test_memory_writes_runs_every_store_with_and_without_embeddings(tmp_path: Path) -> None:
     from tests.redis_servers import REDIS
 
-    env = {**os.environ, "REDIS_URL": REDIS.standalone()}
+    env = {**os.environ, "REDIS_URL": REDIS.standalone(), "POSTGRES_URL": _postgres_url()}
     out = _run("memory_writes.py", "--notes", "8", "--rounds", "1", "--json", cwd=tmp_path, env=env)
     payload = json.loads(out)
     results = {r["key"]: r for r in payload["results"]}
     assert payload["notes"] == 8
     assert sorted(results) == sorted(
         f"{row}-{group}"
-        for row in ("langgraph", "sqlite", "file", "redis", "memory")
+        for row in ("langgraph", "sqlite", "file", "redis", "postgres", "memory")
         for group in ("plain", "embed")
     )
     assert all(r["error"] is None and r["notes_per_s"] > 0 for r in results.values())
-    for backend in ("sqlite", "file", "redis"):  # the vectors are stored with the notes
+    for backend in ("sqlite", "file", "redis", "postgres"):  # vectors stored with the notes
         assert results[f"{backend}-embed"]["vector_bytes_per_note"] > 0
     assert (
         "statekeeper redis, embed=static / LangGraph InMemoryStore, embed=static"
