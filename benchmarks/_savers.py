@@ -408,6 +408,47 @@ class ThreadHopFloor(InMemorySaver):
         await asyncio.to_thread(self.put_writes, *args, **kwargs)
 
 
+class PostgresFloor(InMemorySaver):
+    """``InMemorySaver`` plus, per call, one statement on a connection of psycopg's
+    asyncio pool (as statekeeper's PostgreSQL checkpointer uses it): ``SELECT 1`` for
+    ``aget_tuple``, a one-row ``INSERT`` (a commit) for ``aput`` and ``aput_writes``. What
+    a PostgreSQL saver costs with one round trip per call, before any storage work."""
+
+    def __init__(self, pool: Any) -> None:
+        super().__init__()
+        self._pool = pool
+
+    async def _statement(self, query: str) -> None:
+        async with self._pool.connection() as conn:
+            await conn.execute(query)
+
+    async def aget_tuple(self, config: Any) -> Any:
+        await self._statement("SELECT 1")
+        return self.get_tuple(config)
+
+    async def aput(self, *args: Any, **kwargs: Any) -> Any:
+        await self._statement("INSERT INTO floor_writes VALUES (1)")
+        return self.put(*args, **kwargs)
+
+    async def aput_writes(self, *args: Any, **kwargs: Any) -> None:
+        await self._statement("INSERT INTO floor_writes VALUES (1)")
+        self.put_writes(*args, **kwargs)
+
+
+@asynccontextmanager
+async def aopen_postgres_floor(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """:class:`PostgresFloor` in a schema of its own, on a pool of statekeeper's default
+    size (10)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    with postgres_schema() as (url, options):
+        kwargs = {"autocommit": True, "options": options["options"]}
+        async with AsyncConnectionPool(url, kwargs=kwargs, max_size=10, open=False) as pool:
+            async with pool.connection() as conn:
+                await conn.execute("CREATE TABLE floor_writes (n integer)")
+            yield PostgresFloor(pool)
+
+
 def _plain(cls: type[InMemorySaver]) -> Callable[[Path], Any]:
     @asynccontextmanager
     async def aopen(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
@@ -448,6 +489,11 @@ ASYNC_BACKENDS = [
     ),
     AsyncBackend(
         "hop", "floor: InMemorySaver, each call in a worker thread", _plain(ThreadHopFloor)
+    ),
+    AsyncBackend(
+        "pg-floor",
+        "floor: InMemorySaver + 1 PostgreSQL statement per call (a commit per write)",
+        aopen_postgres_floor,
     ),
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),

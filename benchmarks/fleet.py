@@ -14,10 +14,12 @@ hits all savers alike, and a saver's time is the sum of its rounds.
 Rows: LangGraph's ``InMemorySaver``, ``AsyncSqliteSaver`` (one ``aiosqlite``
 connection) and ``AsyncPostgresSaver`` (one async connection to ``$POSTGRES_URL``,
 default the local server; the row is skipped, saying why, if nothing answers there), and
-statekeeper's SQLite, file and Redis checkpointers (``$REDIS_URL``), each warmed up on a
-throwaway instance first. Two floors run when asked for (``--savers ...,yield,hop``):
-``InMemorySaver`` that yields to the loop once per call, and one that runs each call in a
-worker thread — what scheduling alone does to the fleet, with no storage work — and
+statekeeper's SQLite, file, Redis (``$REDIS_URL``) and PostgreSQL checkpointers, each
+warmed up on a throwaway instance first. Run when asked for (``--savers
+...,yield,hop,pg-floor``): ``InMemorySaver`` that yields to the loop once per call, one
+that runs each call in a worker thread — what scheduling alone does to the fleet, with
+no storage work — one that sends one PostgreSQL statement per call on psycopg's asyncio
+pool (``SELECT 1``, or a one-row ``INSERT`` for a write: the PostgreSQL floor), and
 ``redis-asyncio``, the Redis checkpointer on redis-py's asyncio client. Ratios
 are taken against LangGraph's rows. This is a benchmark, not a test: nothing is asserted
 about the numbers.
@@ -25,6 +27,7 @@ about the numbers.
     .venv/bin/python benchmarks/fleet.py                          # 50 x 20
     .venv/bin/python benchmarks/fleet.py --conversations 200 --turns 5 --savers memory,ours
     .venv/bin/python benchmarks/fleet.py --savers memory,yield,hop,ours,file,redis
+    .venv/bin/python benchmarks/fleet.py --savers memory,postgres,pg-floor,pg
     .venv/bin/python benchmarks/fleet.py --json
 """
 
@@ -56,7 +59,7 @@ from _report import (
 from _savers import ASYNC_BACKENDS, AsyncBackend, postgres_unreachable
 
 WARMUP = (3, 3)  # conversations, turns
-ON_REQUEST = ("yield", "hop", "redis-asyncio")  # rows run only when asked for
+ON_REQUEST = ("yield", "hop", "pg-floor", "redis-asyncio")  # rows run only when asked for
 COLUMNS = {
     "turns_per_s": "turns/s",
     "p50_ms": "p50 turn ms",
@@ -106,7 +109,8 @@ async def measure(runs: list[Run], conversations: int, turns: int, tmp: Path) ->
     async with contextlib.AsyncExitStack() as stack:
         started = []
         for run in runs:
-            if run.backend.key in ("postgres", "pg") and (reason := postgres_unreachable()):
+            on_postgres = run.backend.key in ("postgres", "pg", "pg-floor")
+            if on_postgres and (reason := postgres_unreachable()):
                 print(f"skipping {run.row['saver']}: {reason}", file=sys.stderr)
                 run.row["error"] = reason
                 continue

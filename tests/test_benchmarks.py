@@ -221,7 +221,8 @@ def test_fleet_runs_every_async_saver(tmp_path: Path) -> None:
 def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
     out = _run(
         "fleet.py",
-        *("--conversations", "2", "--turns", "1", "--savers", "memory,yield,hop", "--json"),
+        *("--conversations", "2", "--turns", "1"),
+        *("--savers", "memory,yield,hop,pg-floor", "--json"),
         cwd=tmp_path,
         env=_networked_env(),
     )
@@ -230,6 +231,7 @@ def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
         "LangGraph InMemorySaver",
         "floor: InMemorySaver + 1 await sleep(0) per call",
         "floor: InMemorySaver, each call in a worker thread",
+        "floor: InMemorySaver + 1 PostgreSQL statement per call (a commit per write)",
     ]
     for row in rows:
         assert row["error"] is None, row

@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
+from statekeeper.backends.postgres import _database
 from statekeeper.backends.postgres._database import Q, lock_key
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
@@ -303,6 +304,33 @@ def test_a_run_survives_the_server_dropping_its_connections(url: str, pool_check
     assert state == expected  # no step lost, none run twice
     steps = [t.metadata["step"] for t in history]
     assert steps == sorted(set(steps), reverse=True)  # no checkpoint stored twice
+
+
+def test_an_idle_connection_the_server_dropped_is_replaced_before_use(url: str) -> None:
+    name = f"sk-idle-{uuid.uuid4().hex[:8]}"
+    options = f"&application_name={name}&retries=0&pool_min_size=1&pool_max_size=1"
+    with open_checkpointer(url + options) as saver:
+        graph = _counter_graph(saver, lambda n: None)
+        graph.invoke({"log": ["input 0"]}, _config("t"))
+        assert _terminate(url, name) == 1
+        time.sleep(_database.CHECK_AFTER_IDLE + 0.1)  # idle long enough to be checked
+        graph.invoke({"log": ["input 1"]}, _config("t"))  # no retry left: the check did it
+        assert graph.get_state(_config("t")).values["log"][-1] == "step 3"
+
+
+def test_after_a_lost_connection_every_connection_is_checked_again() -> None:
+    class Conn:  # connections are only weakly referenced
+        pass
+
+    fresh = _database._Freshness()
+    used, unused = Conn(), Conn()
+    fresh.used(used)
+    assert not fresh.needs_check(used)  # in steady use: handed out without a round trip
+    assert fresh.needs_check(unused)  # never used here: checked
+    fresh.lost()
+    assert fresh.needs_check(used)  # last used before the loss: checked
+    fresh.used(used)
+    assert not fresh.needs_check(used)
 
 
 def test_a_write_that_cannot_reconnect_fails_cleanly_and_the_run_resumes(url: str) -> None:

@@ -41,9 +41,10 @@ class Connection:
     options), the schema the tables live in, and the pool's settings.
 
     ``retries``: how many times an operation that failed because the connection was
-    lost is run again on a new connection (0: never). ``pool_check``: each connection
-    is checked (one empty query) when it leaves the pool, so one the server dropped
-    while idle is replaced before it is used. ``pool_timeout``: seconds to wait for a
+    lost is run again on a new connection (0: never). ``pool_check``: a connection that
+    may have been dropped (idle for a second or more, or older than a lost connection
+    seen since) is checked (one empty query) when it leaves the pool, so one the server
+    dropped while idle is replaced before it is used. ``pool_timeout``: seconds to wait for a
     connection, and, when opening, for the schema's migration lock."""
 
     conninfo: str

@@ -11,12 +11,13 @@ Connections are in autocommit mode: a single statement is its own transaction, a
 operation that needs several in one transaction yields ``Q(BEGIN)``... ``Q(COMMIT)``;
 if it fails midway, the runner rolls back, so nothing is half-written.
 
-Lost connections: the pool checks a connection before handing it out (optional), and an
-operation that failed because its connection broke (``OperationalError``) is run again,
-from its start, on a new connection (``retries`` times; every operation is idempotent
-except those marked ``retry=False``). One that still fails raises
-:class:`~statekeeper.errors.StorageError` saying what to do; a write that failed was
-rolled back by the server (a transaction on a dropped connection never commits).
+Lost connections: the pool checks a connection before handing it out when it may have
+been dropped (:class:`_Freshness`; optional), and an operation that failed because its
+connection broke (``OperationalError``) is run again, from its start, on a new connection
+(``retries`` times; every operation is idempotent except those marked ``retry=False``).
+One that still fails raises :class:`~statekeeper.errors.StorageError` saying what to do;
+a write that failed was rolled back by the server (a transaction on a dropped connection
+never commits).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import threading
+import time
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -84,6 +88,33 @@ _ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8Dumper)
 _ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8BinaryDumper)
 
 
+# A connection that finished an operation this recently is handed out unchecked: the
+# connections a server drops without a word (idle timeouts, proxies) have been idle far
+# longer, and once any connection is seen lost every connection is checked again.
+CHECK_AFTER_IDLE = 1.0
+
+
+class _Freshness:
+    """Which pooled connections need a check (one empty query, a round trip) before use:
+    those never used, idle for :data:`CHECK_AFTER_IDLE` seconds or more, or last used
+    before a lost connection was seen (a restarted server drops them all at once). A
+    check on every hand-out costs a round trip per operation, a third of a small put."""
+
+    def __init__(self) -> None:
+        self._used: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+        self._lost_at = -math.inf
+
+    def used(self, conn: object) -> None:
+        self._used[conn] = time.monotonic()
+
+    def lost(self) -> None:
+        self._lost_at = time.monotonic()
+
+    def needs_check(self, conn: object) -> bool:
+        used = self._used.get(conn)
+        return used is None or used <= self._lost_at or time.monotonic() - used >= CHECK_AFTER_IDLE
+
+
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory lock key for ``parts`` (SHA-256 based)."""
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).digest()
@@ -112,6 +143,7 @@ class Database:
         self._closed = False
         self._lock = threading.Lock()
         self._apools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}  # one per event loop
+        self._fresh = _Freshness()
         self._kwargs: dict[str, Any] = {"autocommit": True, "context": _ADAPTERS}
         if connection.read_only:
             self._kwargs["options"] = "-c default_transaction_read_only=on"
@@ -123,7 +155,7 @@ class Database:
                 max_size=connection.pool_max_size,
                 timeout=connection.pool_timeout,
                 configure=self._configure,
-                check=ConnectionPool.check_connection if connection.pool_check else None,
+                check=self._check if connection.pool_check else None,
                 open=False,
                 name=f"statekeeper-{component}",
             )
@@ -168,6 +200,14 @@ class Database:
 
     async def _aconfigure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(self._settings())
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        if self._fresh.needs_check(conn):
+            ConnectionPool.check_connection(conn)
+
+    async def _acheck(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        if self._fresh.needs_check(conn):
+            await psycopg_pool.AsyncConnectionPool.check_connection(conn)
 
     @property
     def schema(self) -> str:
@@ -274,13 +314,16 @@ class Database:
         for attempt in range(attempts):
             try:
                 with self._pool.connection() as conn:
-                    return _drive(conn, make())
+                    result = _drive(conn, make())
+                    self._fresh.used(conn)
+                    return result
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
                 if _lost(exc):
                     # the server may have dropped the pool's other connections too: check
                     # the idle ones now, so neither the retry nor the next call gets one
+                    self._fresh.lost()
                     with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
                         self._pool.check()
                     if attempt + 1 < attempts:
@@ -303,11 +346,14 @@ class Database:
         for attempt in range(attempts):
             try:
                 async with pool.connection() as conn:
-                    return await _adrive(conn, make())
+                    result = await _adrive(conn, make())
+                    self._fresh.used(conn)
+                    return result
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
                 if _lost(exc):
+                    self._fresh.lost()
                     with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
                         await pool.check()
                     if attempt + 1 < attempts:
@@ -332,7 +378,7 @@ class Database:
             max_size=c.pool_max_size,
             timeout=c.pool_timeout,
             configure=self._aconfigure,
-            check=psycopg_pool.AsyncConnectionPool.check_connection if c.pool_check else None,
+            check=self._acheck if c.pool_check else None,
             open=False,
             name=f"statekeeper-{self.component}-async",
         )
