@@ -15,7 +15,8 @@ The rows are LangGraph's ``InMemorySaver`` and ``SqliteSaver`` and statekeeper's
 (with ``index_metadata=user``, so the filter column measures its metadata index), file
 (built with ``fsync=false``: building speed is not what is measured) and Redis
 (``$REDIS_URL``, default the local server; with ``index_metadata=["user"]`` too, so its
-filter column measures its metadata index); ratios are to LangGraph's rows. This is a
+filter column measures its metadata index) and PostgreSQL (``$POSTGRES_URL``, a schema
+of its own, dropped afterwards); ratios are to LangGraph's rows. This is a
 benchmark, not a test: nothing is asserted about the numbers.
 
     .venv/bin/python benchmarks/global_scan.py                       # 200 x 20, a minute
@@ -48,6 +49,7 @@ from _savers import (
     Backend,
     Store,
     directory_bytes,
+    open_ours_postgres,
     open_ours_redis,
     sqlite_file_bytes,
 )
@@ -89,6 +91,7 @@ ROWS = [
         "statekeeper RedisCheckpointer (index_metadata=user)",
         lambda path: open_ours_redis(path, index_metadata=["user"]),
     ),
+    Backend("pg", "statekeeper PostgresCheckpointer", open_ours_postgres),
 ]
 KEYS = [row.key for row in ROWS]
 

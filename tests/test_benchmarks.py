@@ -116,7 +116,7 @@ def test_global_scan_runs_every_saver(tmp_path: Path) -> None:
         "global_scan.py",
         *("--threads", "5", "--checkpoints", "2", "--samples", "1", "--json"),
         cwd=tmp_path,
-        env={**os.environ, "REDIS_URL": REDIS.standalone()},
+        env={**os.environ, "REDIS_URL": REDIS.standalone(), "POSTGRES_URL": _postgres_url()},
     )
     payload = json.loads(out)
     results = payload["results"]
@@ -126,6 +126,7 @@ def test_global_scan_runs_every_saver(tmp_path: Path) -> None:
         "statekeeper SqliteCheckpointer (index_metadata=user)",
         "statekeeper FileCheckpointer (fsync=false)",
         "statekeeper RedisCheckpointer (index_metadata=user)",
+        "statekeeper PostgresCheckpointer",
     ]
     assert all(r["error"] is None for r in results), results
     assert all(r[c] > 0 for r in results for c in ("list_ms", "filter_ms", "threads_ms"))

@@ -328,3 +328,17 @@ def test_every_backend_refuses_to_store_an_unknown_extension_and_stores_nothing(
     with pytest.raises(SerializationError, match="code 77"):
         saver.put_writes(first, [("v", ormsgpack.Ext(77, b""))], "task")
     assert saver.get_tuple(config).pending_writes == []
+
+
+@given(st.binary(min_size=0, max_size=70_000), st.booleans())
+def test_payloads_round_trip_compressed_or_not(data: bytes, repetitive: bool) -> None:
+    from statekeeper._storage.payload import pack as pack_payload
+    from statekeeper._storage.payload import unpack
+
+    if repetitive:
+        data = (data[:50] or b"x") * 300
+    for compress in (True, False):
+        codec, stored = pack_payload(data, compress=compress)
+        assert codec in (("zlib", "") if compress else ("",))
+        assert unpack(codec, stored) == data
+        assert len(stored) <= len(data)

@@ -75,7 +75,7 @@ class TaskWrite(NamedTuple):
 class Checkpointer(BaseCheckpointSaver[str]):
     """Base class of statekeeper's checkpointers (see the module docstring).
 
-    ``compress``: whether payloads of 1 KiB or more are zlib-compressed when that saves
+    ``compress``: whether payloads of 256 bytes or more are zlib-compressed when that saves
     space (the checkpoint and the pending writes here; channel values by the backend).
     ``read_only``: every write (and ``claim_thread``) raises
     :class:`~statekeeper.errors.ReadOnlyError` before anything is touched.

@@ -122,7 +122,7 @@ class FileCheckpointer(Checkpointer):
             upgraded on a read-write open, without rewriting its history (its index is
             built then, reading every log once).
         serde: the serializer for every payload (default: :func:`safe_serde`).
-        compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        compress: zlib-compress payloads of 256 bytes or more when that saves space.
         on_corrupt: ``"raise"`` (default) raises :class:`CorruptCheckpointError` when a
             stored file is damaged; ``"fallback"`` logs a warning on the
             ``statekeeper.backends.file.checkpointer`` logger and skips it, so ``get_tuple``

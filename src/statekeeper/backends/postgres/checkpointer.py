@@ -92,7 +92,7 @@ class PostgresCheckpointer(Checkpointer):
             (``"ro"``: every connection is read-only, nothing is created, writes raise
             :class:`~statekeeper.errors.ReadOnlyError`), pool sizes, ``retries``).
         serde: the serializer for every payload (default :func:`safe_serde`).
-        compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        compress: zlib-compress payloads of 256 bytes or more when that saves space.
         on_corrupt: ``"raise"`` (default) or ``"fallback"``, as for SQLite.
 
     Guarantees: each ``put`` and ``put_writes`` is checked in full before anything is

@@ -92,7 +92,7 @@ class RedisCheckpointer(Checkpointer):
             ``mode="ro"`` opens read-only: nothing is ever written (not even on open,
             nor a TTL refresh), every write raises ReadOnlyError.
         serde: the serializer for every payload (default :func:`safe_serde`).
-        compress: zlib-compress payloads of 1 KiB or more when that saves space.
+        compress: zlib-compress payloads of 256 bytes or more when that saves space.
         on_corrupt: ``"raise"`` (default): a damaged checkpoint raises
             CorruptCheckpointError; ``"fallback"``: reads log a warning and skip it --
             ``get_tuple`` without an id serves the newest intact checkpoint, listings
