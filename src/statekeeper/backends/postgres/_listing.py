@@ -59,7 +59,7 @@ class Listing:
         where, params, whole, scope = _conditions(config, filter, before)
         remaining, after = limit, None
         while True:
-            size = _PAGE if filter or remaining is None else min(remaining, _PAGE)
+            size = _page_size(filter, remaining, after)
             page, after, done = self.db.run(
                 lambda: self._page(where, params, filter, after, size)  # noqa: B023
             )
@@ -92,7 +92,7 @@ class Listing:
         where, params, whole, scope = _conditions(config, filter, before)
         remaining, after = limit, None
         while True:
-            size = _PAGE if filter or remaining is None else min(remaining, _PAGE)
+            size = _page_size(filter, remaining, after)
             page, after, done = await self.db.arun(
                 lambda: self._page(where, params, filter, after, size)  # noqa: B023
             )
@@ -162,6 +162,15 @@ class Listing:
         if self.on_corrupt != "fallback":
             raise error
         logger.warning("skipped damaged data (on_corrupt=fallback): %s", error)
+
+
+def _page_size(filter: dict[str, Any] | None, remaining: int | None, after: Cursor | None) -> int:
+    """Rows to read next: what is still wanted, up to a page. A filtered listing reads
+    whole pages after its first, since the rows it reads may still fail the exact check
+    in Python (metadata ``jsonb`` cannot hold, keys not pushed down)."""
+    if remaining is None or (filter and after is not None):
+        return _PAGE
+    return min(remaining, _PAGE)
 
 
 def _conditions(
