@@ -19,7 +19,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
-from statekeeper.backends.postgres import _database
+from statekeeper.backends.postgres import CHECK_AFTER_IDLE, Freshness
 from statekeeper.backends.postgres._database import Q, lock_key
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
@@ -313,7 +313,7 @@ def test_an_idle_connection_the_server_dropped_is_replaced_before_use(url: str) 
         graph = _counter_graph(saver, lambda n: None)
         graph.invoke({"log": ["input 0"]}, _config("t"))
         assert _terminate(url, name) == 1
-        time.sleep(_database.CHECK_AFTER_IDLE + 0.1)  # idle long enough to be checked
+        time.sleep(CHECK_AFTER_IDLE + 0.1)  # idle long enough to be checked
         graph.invoke({"log": ["input 1"]}, _config("t"))  # no retry left: the check did it
         assert graph.get_state(_config("t")).values["log"][-1] == "step 3"
 
@@ -322,7 +322,7 @@ def test_after_a_lost_connection_every_connection_is_checked_again() -> None:
     class Conn:  # connections are only weakly referenced
         pass
 
-    fresh = _database._Freshness()
+    fresh = Freshness()
     used, unused = Conn(), Conn()
     fresh.used(used)
     assert not fresh.needs_check(used)  # in steady use: handed out without a round trip

@@ -11,16 +11,35 @@ others are the backend's (:data:`POOL_OPTIONS`, plus each class's own).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import math
 import re
+import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.urls import StorageURL, redact
 
-__all__ = ["POOL_OPTIONS", "Connection", "decode_id", "encode_id", "split_options"]
+if TYPE_CHECKING:
+    import psycopg_pool
+
+__all__ = [
+    "CHECK_AFTER_IDLE",
+    "POOL_OPTIONS",
+    "Connection",
+    "Freshness",
+    "LoopPool",
+    "decode_id",
+    "encode_id",
+    "keep_open",
+    "release",
+    "split_options",
+]
 
 # The options of the connection pools (keyword arguments or URL query options).
 POOL_OPTIONS: dict[str, type] = {
@@ -134,3 +153,69 @@ def decode_id(value: str) -> str:
     if "\x01" in value:
         return _ESCAPED.sub(lambda m: "\x00" if m[1] == "\x01" else "\x01", value)
     return value
+
+
+# -- the pools' connections (used by ._database) ------------------------------------
+
+# A connection that finished an operation this recently is handed out unchecked: the
+# connections a server drops without a word (idle timeouts, proxies) have been idle far
+# longer, and once any connection is seen lost every connection is checked again.
+CHECK_AFTER_IDLE = 1.0
+
+
+class Freshness:
+    """Which pooled connections need a check (one empty query, a round trip) before use:
+    those never used, idle for :data:`CHECK_AFTER_IDLE` seconds or more, or last used
+    before a lost connection was seen (a restarted server drops them all at once). A
+    check on every hand-out costs a round trip per operation, a third of a small put."""
+
+    def __init__(self) -> None:
+        self._used: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+        self._lost_at = -math.inf
+
+    def used(self, conn: object) -> None:
+        self._used[conn] = time.monotonic()
+
+    def lost(self) -> None:
+        self._lost_at = time.monotonic()
+
+    def needs_check(self, conn: object) -> bool:
+        used = self._used.get(conn)
+        return used is None or used <= self._lost_at or time.monotonic() - used >= CHECK_AFTER_IDLE
+
+
+@dataclass(frozen=True)
+class LoopPool:
+    """The asyncio pool of one event loop and the task on that loop that closes it."""
+
+    loop: asyncio.AbstractEventLoop
+    pool: psycopg_pool.AsyncConnectionPool
+    keeper: asyncio.Task[None]
+
+
+async def keep_open(pool: psycopg_pool.AsyncConnectionPool) -> None:
+    """Keep ``pool`` open until this task is cancelled (by :func:`release`, or by the
+    loop's end: ``asyncio.run`` cancels every task left and waits for them), then close it:
+    psycopg_pool's workers catch ``CancelledError``, and one cancelled while it connects
+    schedules a retry and waits for its next job, so the loop's end would wait forever.
+    ``close`` gives each worker its stop job before it first waits."""
+    try:
+        await asyncio.get_running_loop().create_future()  # done only by cancellation
+    finally:
+        _finish(pool)  # now: a second cancellation (the loop ending) may cut close short
+        await pool.close()
+
+
+def release(kept: LoopPool) -> None:
+    """Have ``kept`` closed on its loop (thread-safe), its idle connections here if stopped."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: its tasks are over
+        kept.loop.call_soon_threadsafe(kept.keeper.cancel)
+    if not kept.loop.is_running():
+        _finish(kept.pool)
+
+
+def _finish(pool: psycopg_pool.AsyncConnectionPool) -> None:
+    """Close the idle connections of ``pool`` without awaiting (``close`` skips them)."""
+    for conn in list(getattr(pool, "_pool", ())):
+        with contextlib.suppress(Exception):
+            conn.pgconn.finish()

@@ -12,12 +12,12 @@ operation that needs several in one transaction yields ``Q(BEGIN)``... ``Q(COMMI
 if it fails midway, the runner rolls back, so nothing is half-written.
 
 Lost connections: the pool checks a connection before handing it out when it may have
-been dropped (:class:`_Freshness`; optional), and an operation that failed because its
-connection broke (``OperationalError``) is run again, from its start, on a new connection
-(``retries`` times; every operation is idempotent except those marked ``retry=False``).
-One that still fails raises :class:`~statekeeper.errors.StorageError` saying what to do;
-a write that failed was rolled back by the server (a transaction on a dropped connection
-never commits).
+been dropped (:class:`~statekeeper.backends.postgres.Freshness`; optional), and an
+operation that failed because its connection broke (``OperationalError``) is run again,
+from its start, on a new connection (``retries`` times; every operation is idempotent
+except those marked ``retry=False``). One that still fails raises
+:class:`~statekeeper.errors.StorageError` saying what to do; a write that failed was
+rolled back by the server (a transaction on a dropped connection never commits).
 """
 
 from __future__ import annotations
@@ -26,10 +26,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import math
 import threading
-import time
-import weakref
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -40,7 +37,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from statekeeper.backends.postgres import Connection
+from statekeeper.backends.postgres import Connection, Freshness, LoopPool, keep_open, release
 from statekeeper.errors import (
     ReadOnlyError,
     SchemaVersionError,
@@ -88,33 +85,6 @@ _ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8Dumper)
 _ADAPTERS.register_dumper(int, psycopg.types.numeric.Int8BinaryDumper)
 
 
-# A connection that finished an operation this recently is handed out unchecked: the
-# connections a server drops without a word (idle timeouts, proxies) have been idle far
-# longer, and once any connection is seen lost every connection is checked again.
-CHECK_AFTER_IDLE = 1.0
-
-
-class _Freshness:
-    """Which pooled connections need a check (one empty query, a round trip) before use:
-    those never used, idle for :data:`CHECK_AFTER_IDLE` seconds or more, or last used
-    before a lost connection was seen (a restarted server drops them all at once). A
-    check on every hand-out costs a round trip per operation, a third of a small put."""
-
-    def __init__(self) -> None:
-        self._used: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
-        self._lost_at = -math.inf
-
-    def used(self, conn: object) -> None:
-        self._used[conn] = time.monotonic()
-
-    def lost(self) -> None:
-        self._lost_at = time.monotonic()
-
-    def needs_check(self, conn: object) -> bool:
-        used = self._used.get(conn)
-        return used is None or used <= self._lost_at or time.monotonic() - used >= CHECK_AFTER_IDLE
-
-
 def lock_key(*parts: str) -> int:
     """A signed 64-bit advisory lock key for ``parts`` (SHA-256 based)."""
     digest = hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).digest()
@@ -142,8 +112,8 @@ class Database:
         self._migrations = tuple(sorted(migrations, key=lambda m: m.version))
         self._closed = False
         self._lock = threading.Lock()
-        self._apools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}  # one per event loop
-        self._fresh = _Freshness()
+        self._apools: dict[asyncio.AbstractEventLoop, LoopPool] = {}  # one per event loop
+        self._fresh = Freshness()
         self._kwargs: dict[str, Any] = {"autocommit": True, "context": _ADAPTERS}
         if connection.read_only:
             self._kwargs["options"] = "-c default_transaction_read_only=on"
@@ -386,7 +356,7 @@ class Database:
             name=f"statekeeper-{self.component}-async",
         )
         await pool.open(wait=False)  # does not wait: no other task of this loop ran since
-        made = _LoopPool(loop, pool, loop.create_task(_keep_open(pool), name=f"{pool.name}-keep"))
+        made = LoopPool(loop, pool, loop.create_task(keep_open(pool), name=f"{pool.name}-keep"))
         with self._lock:
             # drop the pools whose loop ended, or that their loop's end closed already
             ended = [k for k in self._apools.values() if k.loop.is_closed() or k.pool.closed]
@@ -395,7 +365,7 @@ class Database:
             if not self._closed:
                 self._apools[loop] = made
         for kept in ended if self._apools.get(loop) is made else [*ended, made]:
-            _release(kept)
+            release(kept)
         self._check_open()
         return pool
 
@@ -444,44 +414,7 @@ class Database:
         if pool is not None:
             pool.close()
         for each in kept:
-            _release(each)
-
-
-@dataclass(frozen=True)
-class _LoopPool:
-    """The asyncio pool of one event loop and the task on that loop that closes it."""
-
-    loop: asyncio.AbstractEventLoop
-    pool: psycopg_pool.AsyncConnectionPool
-    keeper: asyncio.Task[None]
-
-
-async def _keep_open(pool: psycopg_pool.AsyncConnectionPool) -> None:
-    """Keep ``pool`` open until this task is cancelled (by :func:`_release`, or by the
-    loop's end: ``asyncio.run`` cancels every task left and waits for them), then close it:
-    psycopg_pool's workers catch ``CancelledError``, and one cancelled while it connects
-    schedules a retry and waits for its next job, so the loop's end would wait forever.
-    ``close`` gives each worker its stop job before it first waits."""
-    try:
-        await asyncio.get_running_loop().create_future()  # done only by cancellation
-    finally:
-        _finish(pool)  # now: a second cancellation (the loop ending) may cut close short
-        await pool.close()
-
-
-def _release(kept: _LoopPool) -> None:
-    """Have ``kept`` closed on its loop (thread-safe), its idle connections here if stopped."""
-    with contextlib.suppress(RuntimeError):  # the loop is closed: its tasks are over
-        kept.loop.call_soon_threadsafe(kept.keeper.cancel)
-    if not kept.loop.is_running():
-        _finish(kept.pool)
-
-
-def _finish(pool: psycopg_pool.AsyncConnectionPool) -> None:
-    """Close the idle connections of ``pool`` without awaiting (``close`` skips them)."""
-    for conn in list(getattr(pool, "_pool", ())):
-        with contextlib.suppress(Exception):
-            conn.pgconn.finish()
+            release(each)
 
 
 def _lost(exc: psycopg.OperationalError) -> bool:
