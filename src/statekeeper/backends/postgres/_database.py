@@ -60,6 +60,9 @@ class Q:
     params: Sequence[Any] | dict[str, Any] | None = None
     fetch: Literal["all", "one", "count"] = "all"
     many: bool = False  # params is a sequence of parameter sets (executemany)
+    # prepared on its first run on a connection, not its sixth (psycopg's threshold): the
+    # statements of every put and read, whose planning costs more than their execution
+    prepare: bool = False
 
 
 Op = Generator[Q, Any, T]
@@ -427,7 +430,7 @@ def _execute(cur: psycopg.Cursor[Any], q: Q) -> Any:
     if q.many:
         cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
         return cur.rowcount
-    cur.execute(q.sql, q.params)  # type: ignore[arg-type]
+    cur.execute(q.sql, q.params, prepare=q.prepare or None)  # type: ignore[arg-type]
     if q.fetch == "count":
         return cur.rowcount
     if cur.description is None:
@@ -467,7 +470,7 @@ async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
                     await cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
                     reply = cur.rowcount
                 else:
-                    await cur.execute(q.sql, q.params)  # type: ignore[arg-type]
+                    await cur.execute(q.sql, q.params, prepare=q.prepare or None)  # type: ignore[arg-type]
                     if q.fetch == "count":
                         reply = cur.rowcount
                     elif cur.description is None:

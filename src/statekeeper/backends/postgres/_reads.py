@@ -110,6 +110,7 @@ class Reader:
             " AND c.checkpoint_ns = %(ns)s ORDER BY c.checkpoint_id DESC LIMIT 1) n ON true",
             {"t": key[0], "ns": key[1]},
             "one",
+            prepare=True,
         )
         head_id, head_count, rest = found[0], found[1], found[2:]
         where = self.where(*key)

@@ -90,7 +90,7 @@ def put(prepared: PreparedPut, plans: Sequence[PlannedValue], reader: Reader) ->
             for plan, use in zip(plans, fallback, strict=True)
         ]
         params.update(_value_params(t, ns, chosen, plans))
-        stale, clash = yield Q(PUT, params, "one")
+        stale, clash = yield Q(PUT, params, "one", prepare=True)
         if not stale and not clash:
             if in_transaction:
                 yield COMMIT
@@ -190,4 +190,5 @@ def put_writes(prepared: PreparedWrites) -> Op[None]:
             "crc": [write_crc(key, r) for r in rows],
         },
         "count",
+        prepare=True,
     )
