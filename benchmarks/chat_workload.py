@@ -69,7 +69,7 @@ from _report import (
     table,
     timed_ms,
 )
-from _savers import BACKENDS, Backend, Store
+from _savers import BACKENDS, ON_REQUEST, Backend, Store
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 WARMUP_TURNS = 5
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=3, help="conversations (default 3)")
     parser.add_argument("--turns", type=int, default=200, help="turns per thread (default 200)")
-    add_row_options(parser, keys)
+    add_row_options(parser, keys, [k for k in keys if k not in ON_REQUEST])
     args = parser.parse_args(argv)
     wanted = chosen_rows(parser, args, keys)
     if args.threads < 1 or args.turns < 1:

@@ -48,7 +48,7 @@ from _savers import (
     BACKENDS,
     Backend,
     Store,
-    directory_bytes,
+    open_ours_file_unsynced,
     open_ours_postgres,
     open_ours_redis,
     sqlite_file_bytes,
@@ -67,14 +67,6 @@ USERS = 100  # threads of user-N: every 100th
 
 
 @contextmanager
-def _open_file_unsynced(path: Path) -> Iterator[Store]:
-    from statekeeper.checkpointers import open_checkpointer
-
-    with open_checkpointer(f"file://{path.resolve()}?fsync=false") as saver:
-        yield Store(saver, lambda: directory_bytes(path))
-
-
-@contextmanager
 def _open_ours_indexed(path: Path) -> Iterator[Store]:
     from statekeeper.checkpointers import open_checkpointer
 
@@ -85,7 +77,7 @@ def _open_ours_indexed(path: Path) -> Iterator[Store]:
 ROWS = [
     *(b for b in BACKENDS if b.key in ("memory", "sqlite")),
     Backend("ours", "statekeeper SqliteCheckpointer (index_metadata=user)", _open_ours_indexed),
-    Backend("file", "statekeeper FileCheckpointer (fsync=false)", _open_file_unsynced),
+    Backend("file", "statekeeper FileCheckpointer (fsync=false)", open_ours_file_unsynced),
     Backend(
         "redis",
         "statekeeper RedisCheckpointer (index_metadata=user)",

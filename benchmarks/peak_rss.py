@@ -43,7 +43,7 @@ from _report import (
     rotated,
     table,
 )
-from _savers import BACKENDS, FLOORS
+from _savers import BACKENDS, FLOORS, ON_REQUEST
 
 KEYS = [b.key for b in BACKENDS if b.key not in FLOORS]
 COLUMNS = {
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=3, help="conversations (default 3)")
     parser.add_argument("--turns", type=int, default=200, help="turns per thread (default 200)")
-    add_row_options(parser, KEYS)
+    add_row_options(parser, KEYS, [k for k in KEYS if k not in ON_REQUEST])
     parser.add_argument("--repeat", type=int, default=1, help="children per saver (default 1)")
     parser.add_argument("--child", choices=KEYS, help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)

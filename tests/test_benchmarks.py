@@ -36,8 +36,8 @@ def _run(script: str, *args: str, cwd: Path, env: dict[str, str] | None = None) 
 def test_chat_workload_runs_every_local_saver(tmp_path: Path) -> None:
     out = _run(
         "chat_workload.py",
-        *("--threads", "1", "--turns", "3", "--savers", "memory,sqlite,commit,ours,file"),
-        "--json",
+        *("--threads", "1", "--turns", "3"),
+        *("--savers", "memory,sqlite,commit,ours,file,file-nosync", "--json"),
         cwd=tmp_path,
     )
     results = json.loads(out)["results"]
@@ -47,9 +47,10 @@ def test_chat_workload_runs_every_local_saver(tmp_path: Path) -> None:
         "SQLite floor (InMemorySaver + 1 commit per write)",
         "statekeeper SqliteCheckpointer",
         "statekeeper FileCheckpointer",
+        "statekeeper FileCheckpointer (fsync=false)",
     ]
     assert all(r["error"] is None for r in results)
-    assert [r["bytes"] is None for r in results] == [False, False, True, False, False]
+    assert [r["bytes"] is None for r in results] == [False, False, True, False, False, False]
     assert all(r["checkpoints_per_thread"] == 9 for r in results)
 
 
