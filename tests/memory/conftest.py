@@ -78,6 +78,15 @@ def pick_store(name: str, backend: Backend, tmp_path: Path) -> Iterator[Any]:
             backend.cleanup(url)
 
 
+@pytest.fixture(params=ANY_STORES)
+def any_store(
+    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
+) -> Iterator[Any]:
+    """Each of ``ANY_STORES`` on ``store_backend``: for the recall suites."""
+    with pick_store(request.param, store_backend, tmp_path) as opened:
+        yield opened
+
+
 @pytest.fixture(params=["statekeeper", "statekeeper+embed"])
 def store_either(
     request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path

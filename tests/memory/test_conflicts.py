@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +28,7 @@ from statekeeper.memory.node import NoteOptions, SummarizationNode
 from statekeeper.memory.notes import Note, Provenance
 from statekeeper.memory.recall import Freshness, recall
 from statekeeper.memory.retrieval import format_memories
-from tests.conftest import Backend
-from tests.memory.conftest import ANY_STORES, T0, pick_store
+from tests.memory.conftest import T0
 
 NS = ("users", "ana")
 LATER = T0 + datetime.timedelta(days=365)  # recall as of a year on
@@ -60,14 +57,6 @@ def fact(
 LISBON = fact("Ana lives in Lisbon", 0)
 PORTO = fact("Ana moved to Porto and lives there now", 10)
 TORONTO = fact("Ana lives in Toronto since the move", 20)
-
-
-@pytest.fixture(params=ANY_STORES)
-def any_store(
-    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
-) -> Iterator[Any]:
-    with pick_store(request.param, store_backend, tmp_path) as opened:
-        yield opened
 
 
 def stored(target: Any, namespace: tuple[str, ...] = NS) -> dict[str, Note]:

@@ -5,8 +5,6 @@ back for questions about the past, on every store (with embeddings too)."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,19 +15,10 @@ from statekeeper.memory.conflicts import write_notes
 from statekeeper.memory.notes import Note
 from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Limits, recall
 from statekeeper.memory.retrieval import format_memories
-from tests.conftest import Backend
-from tests.memory.conftest import ANA, ANY_STORES, T0, make_note, pick_store
+from tests.memory.conftest import ANA, T0, make_note
 
 DAY = datetime.timedelta(days=1)
 LATER = Freshness(as_of=T0 + 100 * DAY)
-
-
-@pytest.fixture(params=ANY_STORES)
-def any_store(
-    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
-) -> Iterator[Any]:
-    with pick_store(request.param, store_backend, tmp_path) as opened:
-        yield opened
 
 
 def keyed(text: str, day: int, attribute: str, subject: str = "Ana") -> Note:

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +14,7 @@ from statekeeper.memory.notes import Note
 from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Limits, recall
 from statekeeper.memory.retrieval import RetrievalNode
 from statekeeper.memory.store import SqliteStore
-from tests.conftest import Backend
-from tests.memory.conftest import ANA, ANY_STORES, T0, make_note, pick_store
+from tests.memory.conftest import ANA, T0, make_note
 
 DAY = datetime.timedelta(days=1)
 
@@ -28,14 +25,6 @@ def at(day: float) -> datetime.datetime:
 
 def clock(day: float) -> Any:
     return lambda: at(day)
-
-
-@pytest.fixture(params=ANY_STORES)
-def any_store(
-    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
-) -> Iterator[Any]:
-    with pick_store(request.param, store_backend, tmp_path) as opened:
-        yield opened
 
 
 def put(target: Any, *notes: Note) -> list[str]:

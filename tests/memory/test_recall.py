@@ -4,7 +4,6 @@ store, provenance kept; and the measurement behind ``DEFAULT_MIN_SCORE``."""
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,26 +15,14 @@ from statekeeper.memory.eval import EvalSettings, evaluate, load_dataset
 from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Hit, Limits, recall
 from statekeeper.memory.store import SqliteStore, open_store
 from statekeeper.memory.store.lexical import score_texts, terms
-from tests.conftest import Backend
 from tests.memory.conftest import (
     ANA,
-    ANY_STORES,
     QUERIES,
     T0,
     corpus_notes,
     make_note,
-    pick_store,
     put_corpus,
 )
-
-
-@pytest.fixture(params=ANY_STORES)
-def any_store(
-    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
-) -> Iterator[Any]:
-    """Our store, and LangGraph's InMemoryStore (no index: it ignores queries)."""
-    with pick_store(request.param, store_backend, tmp_path) as opened:
-        yield opened
 
 
 def test_recall_never_pads(any_store: Any) -> None:

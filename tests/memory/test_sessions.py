@@ -6,8 +6,6 @@ short whatever the session's length; and recall's rules for them and for repeate
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +24,7 @@ from statekeeper.memory._units.sessions import (
 from statekeeper.memory.node import NoteOptions, SummarizationNode
 from statekeeper.memory.notes import Note
 from statekeeper.memory.recall import DEFAULT_MIN_SCORE, Freshness, Hit, Limits, recall
-from tests.conftest import Backend
-from tests.memory.conftest import ANY_STORES, make_note, pick_store
+from tests.memory.conftest import make_note
 
 T0 = datetime.datetime(2024, 4, 26, 9, 0, tzinfo=datetime.UTC)
 CONFIG: Any = {"configurable": {"thread_id": "ana"}}
@@ -192,14 +189,6 @@ def test_a_bad_session_gap_is_refused(gap: Any) -> None:
 
 
 # -- recall ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=ANY_STORES)
-def any_store(
-    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
-) -> Iterator[Any]:
-    with pick_store(request.param, store_backend, tmp_path) as opened:
-        yield opened
 
 
 def test_session_notes_answer_questions_about_what_was_said_when(any_store: Any) -> None:

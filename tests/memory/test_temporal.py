@@ -5,8 +5,6 @@ timestamps, and what is left alone (ambiguous words, impossible dates, bad input
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +15,6 @@ from statekeeper.memory._units.tense import tense_of
 from statekeeper.memory.node import NoteOptions, SummarizationNode
 from statekeeper.memory.notes import Note
 from statekeeper.memory.recall import Freshness, recall
-from tests.conftest import Backend
-from tests.memory.conftest import ANY_STORES, pick_store
 
 WEDNESDAY = datetime.date(2024, 5, 8)
 
@@ -204,14 +200,6 @@ def test_a_date_is_its_own_anchor() -> None:
 
 
 # -- through the node and recall, on every store --------------------------------------
-
-
-@pytest.fixture(params=ANY_STORES)
-def any_store(
-    request: pytest.FixtureRequest, store_backend: Backend, tmp_path: Path
-) -> Iterator[Any]:
-    with pick_store(request.param, store_backend, tmp_path) as opened:
-        yield opened
 
 
 def test_a_question_naming_the_day_meant_finds_the_note(any_store: Any) -> None:

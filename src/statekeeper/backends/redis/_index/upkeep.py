@@ -51,7 +51,7 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 
-__all__ = ["SWEEP_ENTRIES", "Upkeep", "metadata_of", "older"]
+__all__ = ["SWEEP_ENTRIES", "Upkeep", "metadata_of", "older", "tolerant_reads"]
 
 SWEEP_ENTRIES = 2_000  # index entries of expired threads one sweep removes at most
 ADD_BATCH = 250  # members per ADD call (two arguments each)
@@ -214,7 +214,7 @@ class Upkeep(Registry):
                     Cmd(("ZRANGE", self.keys(t)[0], low, b"+", "BYLEX", "LIMIT", 0, SCAN))
                     for t, low in pending
                 )
-                replies = yield from _tolerant(calls)
+                replies = yield from tolerant_reads(calls)
                 found: list[tuple[Index, Entry]] = []
                 more = []
                 for (thread_id, _), members in zip(pending, replies, strict=True):
@@ -236,7 +236,7 @@ class Upkeep(Registry):
                 calls = tuple(
                     Cmd(("HSCAN", self.keys(t)[2], cursor, "COUNT", 100)) for t, cursor in pending
                 )
-                replies = yield from _tolerant(calls, ({}, 0))
+                replies = yield from tolerant_reads(calls, ({}, 0))
                 found: list[tuple[Index, Entry]] = []
                 more = []
                 for (thread_id, _), reply in zip(pending, replies, strict=True):
@@ -372,7 +372,7 @@ def _count_registry(registry: tuple[bytes, bytes]) -> Op[None]:
             raise
 
 
-def _tolerant(calls: tuple[Cmd, ...], empty: Any = ()) -> Op[list[Any]]:
+def tolerant_reads(calls: tuple[Cmd, ...], empty: Any = ()) -> Op[list[Any]]:
     """The replies of pipelined reads of threads' keys; a key of another type (damage,
     which ``verify`` reports) reads as ``empty``."""
     try:

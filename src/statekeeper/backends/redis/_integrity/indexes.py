@@ -23,11 +23,11 @@ from typing import Any
 
 from statekeeper.backends.redis._client import ordered, split_ordered
 from statekeeper.backends.redis._index.members import Entry, Index, index_text
-from statekeeper.backends.redis._index.upkeep import Upkeep, metadata_of
+from statekeeper.backends.redis._index.upkeep import Upkeep, metadata_of, tolerant_reads
 from statekeeper.backends.redis._integrity.audit import Audit, Snapshot
-from statekeeper.backends.redis._integrity.seal import BACKEND, path, wrong_type
+from statekeeper.backends.redis._integrity.seal import BACKEND, path
 from statekeeper.backends.redis._io import Batch, Cmd, Op
-from statekeeper.errors import Damage, StorageError
+from statekeeper.errors import Damage
 
 __all__ = ["IndexAudit"]
 
@@ -149,7 +149,9 @@ class IndexAudit:
         """The entries whose checkpoint is not there, or (a metadata key's) has another
         value for the key: the record of each read (one pipelined batch)."""
         calls = tuple(Cmd(("HGET", self.layout.keys(t)[2], e.ref)) for e, t in entries)
-        records = yield from _tolerant(calls)
+        # a key of another type (reported with its thread) reads as b"", not None: not
+        # taken for a stale entry's missing record
+        records = yield from tolerant_reads(calls, b"")
         stale = []
         for (entry, thread_id), data in zip(entries, records, strict=True):
             if data is None:
@@ -172,8 +174,8 @@ class IndexAudit:
         for index, entries in by_index.items():
             for start in range(0, len(entries), PAGE):
                 still = yield from self._stale(index, entries[start : start + PAGE])
-                there = yield from _tolerant(
-                    tuple(Cmd(("HEXISTS", self.layout.keys(t)[2], e.ref)) for e, t in still)
+                there = yield from tolerant_reads(
+                    tuple(Cmd(("HEXISTS", self.layout.keys(t)[2], e.ref)) for e, t in still), b""
                 )
                 calls = [
                     # a checkpoint there has another value: its entry goes; one not there:
@@ -214,23 +216,3 @@ def _thread_of(entry: Entry | None) -> str | None:
         return entry.thread_id() if entry is not None else None
     except ValueError:
         return None
-
-
-def _tolerant(calls: tuple[Cmd, ...]) -> Op[list[Any]]:
-    """Pipelined reads of threads' keys; a key of another type (reported with its
-    thread) reads as nothing."""
-    try:
-        replies: list[Any] = yield Batch(calls)
-        return replies
-    except StorageError as exc:
-        if not wrong_type(exc):
-            raise
-    found: list[Any] = []
-    for call in calls:
-        try:
-            found.append((yield call))
-        except StorageError as one:
-            if not wrong_type(one):
-                raise
-            found.append(b"")  # not None: not taken for a stale entry's missing record
-    return found
