@@ -318,18 +318,20 @@ def test_an_idle_connection_the_server_dropped_is_replaced_before_use(url: str) 
         assert graph.get_state(_config("t")).values["log"][-1] == "step 3"
 
 
-def test_after_a_lost_connection_every_connection_is_checked_again() -> None:
+def test_only_a_connection_idle_a_while_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     class Conn:  # connections are only weakly referenced
         pass
 
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     fresh = Freshness()
-    used, unused = Conn(), Conn()
-    fresh.used(used)
+    used, unknown = Conn(), Conn()
+    fresh.alive(used)
     assert not fresh.needs_check(used)  # in steady use: handed out without a round trip
-    assert fresh.needs_check(unused)  # never used here: checked
-    fresh.lost()
-    assert fresh.needs_check(used)  # last used before the loss: checked
-    fresh.used(used)
+    assert fresh.needs_check(unknown)  # never seen alive here: checked
+    now[0] += CHECK_AFTER_IDLE
+    assert fresh.needs_check(used)  # idle that long: checked
+    fresh.alive(used)
     assert not fresh.needs_check(used)
 
 

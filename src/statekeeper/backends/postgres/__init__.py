@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import re
 import time
 import weakref
@@ -60,11 +59,11 @@ class Connection:
     options), the schema the tables live in, and the pool's settings.
 
     ``retries``: how many times an operation that failed because the connection was
-    lost is run again on a new connection (0: never). ``pool_check``: a connection that
-    may have been dropped (idle for a second or more, or older than a lost connection
-    seen since) is checked (one empty query) when it leaves the pool, so one the server
-    dropped while idle is replaced before it is used. ``pool_timeout``: seconds to wait for a
-    connection, and, when opening, for the schema's migration lock."""
+    lost is run again on a new connection (0: never). ``pool_check``: a connection idle
+    for a second or more is checked (one empty query) when it leaves the pool, so one
+    the server dropped while idle is replaced before it is used. ``pool_timeout``:
+    seconds to wait for a connection, and, when opening, for the schema's migration
+    lock."""
 
     conninfo: str
     display: str  # the URL without its password, for messages
@@ -157,31 +156,27 @@ def decode_id(value: str) -> str:
 
 # -- the pools' connections (used by ._database) ------------------------------------
 
-# A connection that finished an operation this recently is handed out unchecked: the
-# connections a server drops without a word (idle timeouts, proxies) have been idle far
-# longer, and once any connection is seen lost every connection is checked again.
+# A connection alive this recently is handed out unchecked: the connections a server
+# drops without a word (idle timeouts, proxies) have been idle far longer, and a lost
+# connection drains the whole pool (Database.run).
 CHECK_AFTER_IDLE = 1.0
 
 
 class Freshness:
-    """Which pooled connections need a check (one empty query, a round trip) before use:
-    those never used, idle for :data:`CHECK_AFTER_IDLE` seconds or more, or last used
-    before a lost connection was seen (a restarted server drops them all at once). A
-    check on every hand-out costs a round trip per operation, a third of a small put."""
+    """Which pooled connections ``pool_check`` checks (one empty query, a round trip)
+    before use: those not known alive for :data:`CHECK_AFTER_IDLE` seconds. A check on
+    every hand-out would cost a round trip per operation, a third of a small put."""
 
     def __init__(self) -> None:
-        self._used: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
-        self._lost_at = -math.inf
+        self._alive: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
 
-    def used(self, conn: object) -> None:
-        self._used[conn] = time.monotonic()
-
-    def lost(self) -> None:
-        self._lost_at = time.monotonic()
+    def alive(self, conn: object) -> None:
+        """``conn`` just connected, or finished an operation."""
+        self._alive[conn] = time.monotonic()
 
     def needs_check(self, conn: object) -> bool:
-        used = self._used.get(conn)
-        return used is None or used <= self._lost_at or time.monotonic() - used >= CHECK_AFTER_IDLE
+        alive = self._alive.get(conn)
+        return alive is None or time.monotonic() - alive >= CHECK_AFTER_IDLE
 
 
 @dataclass(frozen=True)

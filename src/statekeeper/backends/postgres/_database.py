@@ -11,11 +11,11 @@ Connections are in autocommit mode: a single statement is its own transaction, a
 operation that needs several in one transaction yields ``Q(BEGIN)``... ``Q(COMMIT)``;
 if it fails midway, the runner rolls back, so nothing is half-written.
 
-Lost connections: the pool checks a connection before handing it out when it may have
-been dropped (:class:`~statekeeper.backends.postgres.Freshness`; optional), and an
-operation that failed because its connection broke (``OperationalError``) is run again,
-from its start, on a new connection (``retries`` times; every operation is idempotent
-except those marked ``retry=False``). One that still fails raises
+Lost connections: the pool checks a connection idle for a while before handing it out
+(:class:`~statekeeper.backends.postgres.Freshness`; optional), and an operation that
+failed because its connection broke (``OperationalError``) drains the pool and is run
+again, from its start, on a new connection (``retries`` times; every operation is
+idempotent except those marked ``retry=False``). One that still fails raises
 :class:`~statekeeper.errors.StorageError` saying what to do; a write that failed was
 rolled back by the server (a transaction on a dropped connection never commits).
 """
@@ -173,9 +173,11 @@ class Database:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(self._settings())
+        self._fresh.alive(conn)
 
     async def _aconfigure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(self._settings())
+        self._fresh.alive(conn)
 
     def _check(self, conn: psycopg.Connection[Any]) -> None:
         if self._fresh.needs_check(conn):
@@ -291,17 +293,17 @@ class Database:
             try:
                 with self._pool.connection() as conn:
                     result = _drive(conn, make())
-                    self._fresh.used(conn)
+                    self._fresh.alive(conn)
                     return result
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
                 if _lost(exc):
-                    # the server may have dropped the pool's other connections too: check
-                    # the idle ones now, so neither the retry nor the next call gets one
-                    self._fresh.lost()
-                    with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
-                        self._pool.check()
+                    # the server may have dropped (or be dropping: termination is not
+                    # instant) the pool's other connections too: replace them all, those
+                    # in use as they come back, so neither the retry nor the next call
+                    # meets one
+                    self._pool.drain()
                     if attempt + 1 < attempts:
                         logger.info("connection to %s lost; retrying: %s", self.display, exc)
                         continue
@@ -323,15 +325,13 @@ class Database:
             try:
                 async with pool.connection() as conn:
                     result = await _adrive(conn, make())
-                    self._fresh.used(conn)
+                    self._fresh.alive(conn)
                     return result
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
                 if _lost(exc):
-                    self._fresh.lost()
-                    with contextlib.suppress(psycopg.Error, psycopg_pool.PoolTimeout):
-                        await pool.check()
+                    await pool.drain()  # as in run
                     if attempt + 1 < attempts:
                         logger.info("connection to %s lost; retrying: %s", self.display, exc)
                         continue
