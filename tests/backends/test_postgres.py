@@ -306,6 +306,31 @@ def test_a_run_survives_the_server_dropping_its_connections(url: str, pool_check
     assert steps == sorted(set(steps), reverse=True)  # no checkpoint stored twice
 
 
+def test_an_async_run_survives_the_server_dropping_its_connections(url: str) -> None:
+    name = f"sk-akill-{uuid.uuid4().hex[:8]}"
+    killed: list[int] = []
+
+    def during(n: int) -> None:
+        if n in (2, 5):  # the saver's asyncio pool loses its connections mid-run
+            killed.append(_terminate(url, name))
+
+    async def run(saver: Any) -> tuple[list[str], list[int]]:
+        graph = _counter_graph(saver, during)
+        for turn in range(8):
+            await graph.ainvoke({"log": [f"input {turn}"]}, _config("t"))
+        state = (await graph.aget_state(_config("t"))).values["log"]
+        steps = [t.metadata["step"] async for t in saver.alist(_config("t"))]
+        return state, steps
+
+    with open_checkpointer(f"{url}&application_name={name}") as saver:
+        state, steps = asyncio.run(run(saver))
+    assert len(killed) == 2
+    assert all(killed)
+    expected = [entry for turn in range(8) for entry in (f"input {turn}", f"step {2 * turn + 1}")]
+    assert state == expected  # no step lost, none run twice
+    assert steps == sorted(set(steps), reverse=True)  # no checkpoint stored twice
+
+
 def test_an_idle_connection_the_server_dropped_is_replaced_before_use(url: str) -> None:
     name = f"sk-idle-{uuid.uuid4().hex[:8]}"
     options = f"&application_name={name}&retries=0&pool_min_size=1&pool_max_size=1"
