@@ -290,13 +290,14 @@ def test_a_run_survives_the_server_dropping_its_connections(url: str, pool_check
     killed: list[int] = []
 
     def during(n: int) -> None:
-        if n in (2, 5):  # in the middle of a run: the saver's connections go away
+        if n in (3, 9):  # in the middle of a run (n is odd): the saver's connections go away
             killed.append(_terminate(url, name))
 
     with open_checkpointer(f"{url}&application_name={name}&pool_check={pool_check}") as saver:
         graph = _counter_graph(saver, during)
         for turn in range(8):
             graph.invoke({"log": [f"input {turn}"]}, _config("t"))
+        assert len(killed) == 2
         assert all(killed)
         state = graph.get_state(_config("t")).values["log"]
         history = list(saver.list(_config("t")))
@@ -311,7 +312,7 @@ def test_an_async_run_survives_the_server_dropping_its_connections(url: str) -> 
     killed: list[int] = []
 
     def during(n: int) -> None:
-        if n in (2, 5):  # the saver's asyncio pool loses its connections mid-run
+        if n in (3, 9):  # mid-run (n is odd): the saver's asyncio pool loses its connections
             killed.append(_terminate(url, name))
 
     async def run(saver: Any) -> tuple[list[str], list[int]]:
