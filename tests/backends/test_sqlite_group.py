@@ -21,7 +21,6 @@ from langgraph.checkpoint.conformance.test_utils import (
 )
 
 from statekeeper.backends.sqlite import checkpointer as sqlite_checkpointer
-from statekeeper.backends.sqlite._group import IDLE_SECONDS
 from statekeeper.backends.sqlite.checkpointer import SqliteCheckpointer
 from statekeeper.errors import StorageError
 
@@ -66,7 +65,8 @@ def test_puts_queued_together_are_committed_in_one_transaction(
         await asyncio.gather(*tasks)
         for i in range(20):
             stored = await saver.aget_tuple(generate_config(f"t{i}"))
-            assert stored is not None and stored.checkpoint["channel_values"]["messages"] == [i]
+            assert stored is not None
+            assert stored.checkpoint["channel_values"]["messages"] == [i]
 
     with SqliteCheckpointer(str(path)) as saver:
         writes = _transactions(saver, monkeypatch)
@@ -170,7 +170,8 @@ def test_a_cancelled_caller_leaves_its_job_to_finish(tmp_path: Path) -> None:
                 await task
         await _aput(saver, "after", ["next"])  # the writer is alive and serves the next
         stored = await saver.aget_tuple(generate_config("t"))
-        assert stored is not None and stored.checkpoint["channel_values"]["messages"] == ["kept"]
+        assert stored is not None
+        assert stored.checkpoint["channel_values"]["messages"] == ["kept"]
 
     with SqliteCheckpointer(str(tmp_path / "db.sqlite")) as saver:
         asyncio.run(main(saver))
@@ -193,15 +194,3 @@ def test_event_loops_in_several_threads_share_one_writer(tmp_path: Path) -> None
             thread.join()
         assert saver.verify() == []
     assert len(_stored_threads(path)) == 40
-
-
-def test_the_writer_thread_leaves_when_idle_and_comes_back(tmp_path: Path) -> None:
-    with SqliteCheckpointer(str(tmp_path / "db.sqlite")) as saver:
-        asyncio.run(_aput(saver, "t", [1]))
-        writer = saver._group._thread
-        assert writer is not None and writer.name == "statekeeper-sqlite-writer"
-        writer.join(timeout=IDLE_SECONDS * 10)
-        assert not writer.is_alive()
-        asyncio.run(_aput(saver, "t", [1, 2]))  # a new writer serves it
-        stored = saver.get_tuple(generate_config("t"))
-        assert stored is not None and stored.checkpoint["channel_values"]["messages"] == [1, 2]

@@ -405,8 +405,12 @@ class Connection:
 
     def _live(self, client: Any) -> Any:
         if self._closed:
-            raise StorageError(f"the Redis checkpointer for {self.target.url} is closed")
+            raise self.closed_error()
         return client
+
+    def closed_error(self) -> StorageError:
+        """What a call after :meth:`close` raises."""
+        return StorageError(f"the Redis checkpointer for {self.target.url} is closed")
 
     @property
     def closed(self) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -25,6 +26,7 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.payload import safe_serde
+from statekeeper._storage.worker import BatchWorker, run_each
 from statekeeper.backends.redis import _lua as lua
 from statekeeper.backends.redis._claims import Claims
 from statekeeper.backends.redis._client import (
@@ -174,6 +176,8 @@ class RedisCheckpointer(Checkpointer):
         self._plans.read_only = self.read_only
         self._plans.fallback = self.on_corrupt == "fallback"
         self._conn = Connection(self.target)
+        # the async API's hot calls (async_io="threads"), served in turn by one thread
+        self._worker = BatchWorker("statekeeper-redis-client", run_each, self._conn.closed_error)
         self._claims = Claims(self._conn, self._plans, claim_ttl)
         try:
             keys = () if self.read_only else declared
@@ -213,11 +217,17 @@ class RedisCheckpointer(Checkpointer):
     # -- lifecycle ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Disconnect. Idempotent; later calls raise StorageError."""
+        """Disconnect (after the async calls already queued). Idempotent; later calls
+        raise StorageError."""
+        self._worker.close()
         self._conn.close()
 
     async def aclose(self) -> None:
         """Disconnect, awaiting the asyncio client of the running loop."""
+        if self._worker.thread is None:
+            self._worker.close()
+        else:  # it finishes what is queued: wait for that off the loop
+            await asyncio.to_thread(self._worker.close)
         await self._conn.aclose()
 
     async def __aexit__(
@@ -240,10 +250,16 @@ class RedisCheckpointer(Checkpointer):
             self._explain(exc, threads)
             raise
 
-    async def _arun(self, op: Op[T], threads: Sequence[str] | str | None) -> T:
-        """:meth:`_run` for the async API: in a worker thread (``async_io="threads"``),
-        or with the asyncio client of the running loop."""
+    async def _arun(
+        self, op: Op[T], threads: Sequence[str] | str | None, *, hot: bool = False
+    ) -> T:
+        """:meth:`_run` for the async API: in a worker thread (``async_io="threads"``;
+        a ``hot`` call, one of a turn's small ones, on the thread that serves them all in
+        turn), or with the asyncio client of the running loop."""
         if self._threads:
+            if hot:
+                result: T = await self._worker.submit(functools.partial(self._run, op, threads))
+                return result
             return await asyncio.to_thread(self._run, op, threads)
         try:
             return await self._conn.arun(op)
@@ -370,7 +386,8 @@ class RedisCheckpointer(Checkpointer):
     # -- async API: the same operations on the asyncio client ---------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._arun(self._plans.get_tuple(self.serde, config), _thread(config))
+        plan = self._plans.get_tuple(self.serde, config)
+        return await self._arun(plan, _thread(config), hot=True)
 
     async def alist(
         self,
@@ -397,10 +414,10 @@ class RedisCheckpointer(Checkpointer):
     # The same operations on the asyncio client (the checks ran in Checkpointer's a*).
 
     async def _acommit_put(self, prepared: PreparedPut) -> None:
-        await self._arun(self._plans.put(self.serde, prepared), prepared.thread_id)
+        await self._arun(self._plans.put(self.serde, prepared), prepared.thread_id, hot=True)
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
-        await self._arun(self._plans.put_writes(prepared), prepared.thread_id)
+        await self._arun(self._plans.put_writes(prepared), prepared.thread_id, hot=True)
 
     async def _adelete_threads(self, thread_ids: Sequence[str]) -> None:
         await self._arun(self._plans.delete_threads(thread_ids), None)

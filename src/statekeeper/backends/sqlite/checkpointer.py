@@ -415,13 +415,13 @@ class SqliteCheckpointer(Checkpointer):
             self._store_writes(prepared, conn)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._group.call(lambda: self.get_tuple(config))
+        return await self._group.read(lambda: self.get_tuple(config))
 
     async def _acommit_put(self, prepared: PreparedPut) -> None:
-        await self._group.run(lambda: self._plan_put(prepared))
+        await self._group.write(lambda: self._plan_put(prepared))
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
-        await self._group.run(lambda: functools.partial(self._store_writes, prepared))
+        await self._group.write(lambda: functools.partial(self._store_writes, prepared))
 
     def _plan_put(self, prepared: PreparedPut) -> Callable[[Connection], Callable[[], None]]:
         """Serialise a put's new values (planning append deltas); return what stores them
