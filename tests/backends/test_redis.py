@@ -31,7 +31,6 @@ from langgraph.graph import END, START, StateGraph
 from statekeeper.backends.redis import RedisOptions
 from statekeeper.backends.redis._client import ASYNC_CONNECTIONS
 from statekeeper.backends.redis._integrity.records import Record
-from statekeeper.backends.redis._io import Connection
 from statekeeper.backends.redis._layout import swap
 from statekeeper.checkpointers import RedisCheckpointer, known_schemes, open_checkpointer
 from statekeeper.errors import (
@@ -1154,38 +1153,6 @@ def test_the_async_api_on_the_asyncio_client_does_not_use_worker_threads(
 
     asyncio.run(main())
     asyncio.run(main_again(url))  # a second event loop gets its own connections
-
-
-def test_a_turns_async_calls_on_threads_are_served_by_one_thread(
-    url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # async_io="threads": aput, aput_writes and aget_tuple queue for one serving thread
-    # (no hop to a pool thread each); the rest still runs in worker threads
-    seen: list[str] = []
-    run = Connection.run
-
-    def recording(self: Connection, op: Any) -> Any:
-        seen.append(threading.current_thread().name)
-        return run(self, op)
-
-    monkeypatch.setattr(Connection, "run", recording)
-
-    async def main() -> None:
-        with open_checkpointer(url) as saver:
-            seen.clear()
-            stored = await asyncio.gather(
-                *(saver.aput(cfg(f"t{i}"), empty_checkpoint(), {}, {}) for i in range(10))
-            )
-            await saver.aput_writes(stored[0], [("a", 1)], "task")
-            assert (await saver.aget_tuple(cfg("t3"))) is not None
-            assert set(seen) == {"statekeeper-redis-client"}
-            assert len(seen) == 12
-            seen.clear()
-            await saver.adelete_thread("t1")
-            assert seen
-            assert "statekeeper-redis-client" not in seen
-
-    asyncio.run(main())
 
 
 async def main_again(url: str) -> None:

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +56,7 @@ from statekeeper._storage.claims import LockFileClaims
 from statekeeper._storage.deltas import ValuePlanner
 from statekeeper._storage.payload import safe_serde
 from statekeeper._storage.remembered import RecentPayloads
+from statekeeper._storage.worker import BatchWorker, run_each
 from statekeeper.backends.file import DirectoryOptions, directory_path, opening
 from statekeeper.backends.file._log.catalog import Catalog, Change
 from statekeeper.backends.file._log.lines import Entry, make_entry
@@ -177,6 +179,8 @@ class FileCheckpointer(Checkpointer):
         self._recent = RecentPayloads()
         self._values = ValuePlanner(self._recent, compress)
         self._claims = LockFileClaims(root / CLAIMS_DIR)
+        # the async API's calls of a turn, served in turn by one thread (_storage/worker.py)
+        self._worker = BatchWorker("statekeeper-file-client", run_each, self._closed_error)
 
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
@@ -190,16 +194,20 @@ class FileCheckpointer(Checkpointer):
         return str(self._store.root)
 
     def close(self) -> None:
-        """Mark the checkpointer closed (it holds no open file between calls).
-        Idempotent; later calls raise StorageError."""
+        """Mark the checkpointer closed (it holds no open file between calls), once the
+        async calls already queued are done. Idempotent; later calls raise StorageError."""
+        self._worker.close()
         self._closed = True
+
+    def _closed_error(self) -> StorageError:
+        return StorageError(f"the file checkpointer on {self.path!r} is closed; open a new one")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.path!r})"
 
     def _open_store(self) -> Store:
         if self._closed:
-            raise StorageError(f"the file checkpointer on {self.path!r} is closed; open a new one")
+            raise self._closed_error()
         return self._store
 
     # -- reading -----------------------------------------------------------------------
@@ -281,6 +289,18 @@ class FileCheckpointer(Checkpointer):
 
     def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
         return self._claims.holder(thread_id)  # reads only: no store is opened
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        result: CheckpointTuple | None = await self._worker.submit(
+            functools.partial(self.get_tuple, config)
+        )
+        return result
+
+    async def _acommit_put(self, prepared: PreparedPut) -> None:
+        await self._worker.submit(functools.partial(self._commit_put, prepared))
+
+    async def _acommit_writes(self, prepared: PreparedWrites) -> None:
+        await self._worker.submit(functools.partial(self._commit_writes, prepared))
 
     # -- storing (checked and prepared by Checkpointer) ---------------------------------
 
