@@ -14,8 +14,9 @@ checks everything (:mod:`._maintenance`).
 
 Concurrency: one connection per process behind a lock (LangGraph calls ``put`` from
 background threads), WAL so readers never block writers, ``BEGIN IMMEDIATE`` so writers in
-several processes queue for the lock instead of failing. The async API runs the same code
-in a worker thread, so it never blocks the event loop.
+several processes queue for the lock instead of failing. The async API never blocks the
+event loop: a turn's calls queue for one thread, which commits each batch of writes in one
+transaction (:mod:`._group`); the others run the same code in a worker thread.
 """
 
 from __future__ import annotations
