@@ -20,7 +20,7 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 
-from statekeeper.backends.sqlite import checkpointer as sqlite_checkpointer
+from statekeeper.backends.sqlite import _values
 from statekeeper.backends.sqlite.checkpointer import SqliteCheckpointer
 from statekeeper.errors import StorageError
 
@@ -79,7 +79,7 @@ def test_a_failing_job_raises_in_its_caller_only_and_stores_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "db.sqlite"
-    real = sqlite_checkpointer.write_value
+    real = _values.write_value
 
     def write_value(conn: Any, thread_id: str, *args: Any) -> Any:
         chosen = real(conn, thread_id, *args)  # its value row is written, then it fails
@@ -87,7 +87,7 @@ def test_a_failing_job_raises_in_its_caller_only_and_stores_nothing(
             raise StorageError("disk trouble")
         return chosen
 
-    monkeypatch.setattr(sqlite_checkpointer, "write_value", write_value)
+    monkeypatch.setattr(_values, "write_value", write_value)
 
     async def main(saver: SqliteCheckpointer) -> list[Any]:
         with saver._db._lock:

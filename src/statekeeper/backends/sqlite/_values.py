@@ -1,37 +1,72 @@
-"""How the SQLite checkpointer reads and writes channel values (the ``blobs`` table).
+"""How the SQLite checkpointer stores and reads channel values (the ``blobs`` table),
+and stores a ``put`` and a ``put_writes``: one call per transaction (the sync API), or
+many in one (the async API's group commit).
 
 A value is stored whole, compressed, or as an append delta on an earlier version of the
 same channel (see :mod:`statekeeper._storage.deltas`). Reading follows a delta's
 chain down to a full copy, verifying each row's checksum and the rebuilt payload's CRC;
 writing re-checks, inside the write transaction, that a delta's base still holds what the
 writer remembers, and stores the full copy otherwise.
+
+A write is prepared outside the transaction (:func:`plan_put` serialises the values and
+plans append deltas), stored in it (``store(conn)``, which checksums every row and counts
+the checkpoint in its head), and finished once committed (the payloads stored are
+remembered as the bases of the next deltas, never before: a rolled-back value must not be
+built on).
+
+Group commit: the async API's calls are jobs for one
+:class:`~statekeeper._storage.worker.BatchWorker` per checkpointer. Of each batch it
+takes, the reads run first (each in its own read transaction, as the sync API does), then
+the writes are prepared, stored each under a savepoint of one write transaction, and
+committed once. Guarantees are those of one call per transaction: a caller resumes only
+once its rows are committed; a write that fails is rolled back to its savepoint and
+raises in its own caller only (nothing of it is stored); if the commit fails, every write
+of the batch raises and nothing of the batch is stored.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from statekeeper._storage.deltas import PlannedValue, StoredValue, rebuild_all
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from statekeeper._storage.deltas import PlannedValue, StoredValue, ValuePlanner, rebuild_all
 from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads
+from statekeeper._storage.worker import BatchWorker, Job
+from statekeeper.backends.sqlite._database import DRIVER_ERRORS, Database, wrap
 from statekeeper.backends.sqlite._integrity import (
     Where,
     check_key,
     check_value,
+    checkpoint_row,
     corrupt,
     key_path,
     value_crc,
+    write_crc,
 )
 from statekeeper.backends.sqlite._queries import (
+    ADD_TO_WRITES_DIGEST,
+    COUNT_VALUES,
+    INSERT_CHECKPOINT,
     INSERT_VALUE,
+    INSERT_WRITE,
     REPLACE_VALUE,
     SELECT_CRC,
     SELECT_VALUE,
+    SELECT_WRITE_CRC,
+    UPDATE_CHECKPOINT,
+    UPSERT_HEAD,
     VALUE_COLUMNS,
     Row,
 )
-from statekeeper.errors import SerializationError
+from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
+from statekeeper.errors import SerializationError, StorageError
 
-__all__ = ["Memo", "ValueReader", "write_value"]
+__all__ = ["GroupCommit", "Memo", "ValueReader", "plan_put", "store_writes", "write_value"]
 
 Memo = dict[tuple[str, ...], bytes]
 
@@ -188,3 +223,150 @@ def _detach_dependents(
             (data, value_crc(thread_id, ns, full), thread_id, ns, channel, row[1]),
         )
     recent.discard((thread_id, ns, channel))
+
+
+T = TypeVar("T")
+
+# A write: prepare() runs outside the transaction and returns store(conn), which runs in
+# it (under a savepoint) and returns finish(), which runs once the batch is committed.
+Finish = Callable[[], None]
+Store = Callable[[sqlite3.Connection], Finish]
+Prepare = Callable[[], Store]
+
+
+def plan_put(serde: SerializerProtocol, values: ValuePlanner, prepared: PreparedPut) -> Store:
+    """Serialise a put's new values (planning append deltas on the payloads ``values``
+    remembers); return what stores the checkpoint with them in an open transaction."""
+    thread_id, ns = prepared.thread_id, prepared.checkpoint_ns
+    plans = [
+        values.plan_new(serde, (thread_id, ns, channel), channel, key, prepared.values)
+        for channel, _, key in prepared.new_versions
+    ]
+    key = (thread_id, ns, prepared.checkpoint_id)
+    versions = json.dumps(prepared.version_keys)
+
+    def store(conn: sqlite3.Connection) -> Finish:
+        chosen = [write_value(conn, thread_id, ns, plan, values.recent) for plan in plans]
+        (present,) = conn.execute(COUNT_VALUES, (versions, thread_id, ns)).fetchone()
+        row = checkpoint_row(prepared, versions, present)
+        if conn.execute(INSERT_CHECKPOINT, row).rowcount:
+            conn.execute(UPSERT_HEAD, key)
+        else:
+            conn.execute(UPDATE_CHECKPOINT, row)
+        return lambda: _remember(values, thread_id, ns, plans, chosen)
+
+    return store
+
+
+def _remember(
+    values: ValuePlanner,
+    thread_id: str,
+    ns: str,
+    plans: Sequence[PlannedValue],
+    chosen: Sequence[bool],
+) -> None:
+    for plan, used_fallback in zip(plans, chosen, strict=True):
+        remember = plan.remember_fallback if used_fallback else plan.remember
+        if remember is not None:
+            values.recent.put((thread_id, ns, plan.stored.channel), remember)
+
+
+def store_writes(prepared: PreparedWrites, conn: sqlite3.Connection) -> Finish:
+    """Store prepared writes in an open transaction: a regular write already stored is
+    kept, a special one replaced; the checkpoint's digest of its writes is added to by
+    what changed (never recounted, so a lost write stays detectable). Nothing is left to
+    do once committed."""
+    key = (prepared.thread_id, prepared.checkpoint_ns, prepared.checkpoint_id)
+    task_id, task_path = prepared.task_id, prepared.task_path
+    added, added_sum = 0, 0
+    for w in prepared.writes:
+        row = (*key, task_id, w.idx, w.channel, task_path, w.type, w.codec, w.data)
+        crc = write_crc(row)
+        if w.replaces:
+            old = conn.execute(SELECT_WRITE_CRC, (*key, task_id, w.idx)).fetchone()
+            if old is not None:
+                added, added_sum = added - 1, added_sum - (old[0] or 0)
+            conn.execute(f"INSERT OR REPLACE {INSERT_WRITE}", (*row, crc))
+        elif not conn.execute(f"INSERT OR IGNORE {INSERT_WRITE}", (*row, crc)).rowcount:
+            continue
+        added, added_sum = added + 1, added_sum + crc
+    if added or added_sum:
+        conn.execute(ADD_TO_WRITES_DIGEST, (*key, added, added_sum))
+    return _done
+
+
+def _done() -> None:
+    """Nothing to do once committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    call: Callable[[], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    prepare: Prepare
+
+
+class GroupCommit:
+    """The async API's way into one :class:`Database`."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.worker = BatchWorker("statekeeper-sqlite-writer", self._serve, self._closed)
+
+    async def write(self, prepare: Prepare) -> None:
+        """Queue a write and wait until it is committed (or raise its error)."""
+        await self.worker.submit(_Write(prepare))
+
+    async def read(self, call: Callable[[], T]) -> T:
+        """Run ``call`` (a read with its own transaction) on the writer thread."""
+        result: T = await self.worker.submit(_Read(call))
+        return result
+
+    def close(self) -> None:
+        """Store the writes already queued, then stop the thread. Idempotent."""
+        self.worker.close()
+
+    def _closed(self) -> StorageError:
+        return StorageError(
+            f"the SQLite database {self._db.path!r} is closed; open a new checkpointer or store"
+        )
+
+    def _serve(self, batch: list[Job]) -> None:
+        stores: list[tuple[Job, Store]] = []
+        for job in batch:
+            try:
+                if isinstance(job.task, _Read):
+                    job.result = job.task.call()
+                else:
+                    stores.append((job, job.task.prepare()))
+            except BaseException as exc:  # the caller's to raise, not the writer's
+                job.error = exc
+        if stores:
+            self._commit(stores)
+
+    def _commit(self, stores: list[tuple[Job, Store]]) -> None:
+        finishes: list[tuple[Job, Finish]] = []
+        try:
+            with self._db.transaction(write=True) as conn:
+                for job, store in stores:
+                    conn.execute("SAVEPOINT job")
+                    try:
+                        finishes.append((job, store(conn)))
+                    except BaseException as exc:
+                        conn.execute("ROLLBACK TO job")
+                        job.error = (
+                            wrap(exc, self._db.path) if isinstance(exc, DRIVER_ERRORS) else exc
+                        )
+                    conn.execute("RELEASE job")
+        except BaseException as exc:  # nothing of the batch was stored
+            for job, _ in stores:
+                job.error = job.error or exc
+            return
+        for job, finish in finishes:
+            try:
+                finish()
+            except BaseException as exc:
+                job.error = exc

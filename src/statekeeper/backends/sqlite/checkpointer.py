@@ -16,18 +16,16 @@ Concurrency: one connection per process behind a lock (LangGraph calls ``put`` f
 background threads), WAL so readers never block writers, ``BEGIN IMMEDIATE`` so writers in
 several processes queue for the lock instead of failing. The async API never blocks the
 event loop: a turn's calls queue for one thread, which commits each batch of writes in one
-transaction (:mod:`._group`); the others run the same code in a worker thread.
+transaction (:mod:`._values`); the others run the same code in a worker thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from sqlite3 import Connection
 from typing import Any, Self
 
 from langchain_core.runnables import RunnableConfig
@@ -35,34 +33,24 @@ from langgraph.checkpoint.base import CheckpointTuple, DeltaChannelHistory
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper._storage.claims import LockFileClaims, ProcessClaims
-from statekeeper._storage.deltas import PlannedValue, ValuePlanner
+from statekeeper._storage.deltas import ValuePlanner
 from statekeeper._storage.payload import safe_serde
 from statekeeper._storage.remembered import RecentPayloads
 from statekeeper.backends.sqlite import database_path
 from statekeeper.backends.sqlite._database import MEMORY, Database
-from statekeeper.backends.sqlite._group import GroupCommit
 from statekeeper.backends.sqlite._integrity import (
     Where,
     check_writes,
-    checkpoint_row,
     with_location,
-    write_crc,
 )
 from statekeeper.backends.sqlite._maintenance import Maintenance
 from statekeeper.backends.sqlite._queries import (
-    ADD_TO_WRITES_DIGEST,
-    COUNT_VALUES,
     HEADS_VERSION,
-    INSERT_CHECKPOINT,
-    INSERT_WRITE,
     MIGRATIONS,
-    SELECT_WRITE_CRC,
     SELECT_WRITES,
     SELECT_WRITES_DIGEST,
     THREAD_HEADS,
     THREAD_HEADS_AFTER,
-    UPDATE_CHECKPOINT,
-    UPSERT_HEAD,
     CheckpointRow,
     Raw,
     list_where,
@@ -82,7 +70,7 @@ from statekeeper.backends.sqlite._reads import (
     read_rest,
     scope_damage,
 )
-from statekeeper.backends.sqlite._values import write_value
+from statekeeper.backends.sqlite._values import GroupCommit, plan_put, store_writes
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
@@ -104,10 +92,6 @@ Damages = list[Damage]  # named here: the class has a method called list
 Heads = list[Head]
 
 logger = logging.getLogger(__name__)
-
-
-def _done() -> None:
-    """Nothing to do once committed."""
 
 
 _LIST_PAGE = 100
@@ -405,80 +389,24 @@ class SqliteCheckpointer(Checkpointer):
         """Store a prepared checkpoint and its new values in one transaction, with its
         checksums, and count it in its namespace's head. The values are serialised (and
         append deltas planned) before it begins."""
-        store = self._plan_put(prepared)
+        store = plan_put(self.serde, self._values, prepared)
         with self._db.transaction(write=True) as conn:
             finish = store(conn)
         finish()
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
-        """Store prepared writes in one transaction (see :meth:`_store_writes`)."""
+        """Store prepared writes in one transaction (see :func:`._values.store_writes`)."""
         with self._db.transaction(write=True) as conn:
-            self._store_writes(prepared, conn)
+            store_writes(prepared, conn)
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await self._group.read(lambda: self.get_tuple(config))
 
     async def _acommit_put(self, prepared: PreparedPut) -> None:
-        await self._group.write(lambda: self._plan_put(prepared))
+        await self._group.write(functools.partial(plan_put, self.serde, self._values, prepared))
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
-        await self._group.write(lambda: functools.partial(self._store_writes, prepared))
-
-    def _plan_put(self, prepared: PreparedPut) -> Callable[[Connection], Callable[[], None]]:
-        """Serialise a put's new values (planning append deltas); return what stores them
-        in the open transaction it is given, which returns what to run once committed
-        (remember the payloads stored, the bases of the next deltas)."""
-        thread_id, ns, values = prepared.thread_id, prepared.checkpoint_ns, prepared.values
-        plan_new, serde = self._values.plan_new, self.serde
-        plans = [
-            plan_new(serde, (thread_id, ns, channel), channel, key, values)
-            for channel, _, key in prepared.new_versions
-        ]
-        key = (thread_id, ns, prepared.checkpoint_id)
-        versions = json.dumps(prepared.version_keys)
-
-        def store(conn: Connection) -> Callable[[], None]:
-            chosen = [write_value(conn, thread_id, ns, plan, self._recent) for plan in plans]
-            (present,) = conn.execute(COUNT_VALUES, (versions, thread_id, ns)).fetchone()
-            row = checkpoint_row(prepared, versions, present)
-            if conn.execute(INSERT_CHECKPOINT, row).rowcount:
-                conn.execute(UPSERT_HEAD, key)
-            else:
-                conn.execute(UPDATE_CHECKPOINT, row)
-            return lambda: self._remember(thread_id, ns, plans, chosen)
-
-        return store
-
-    def _remember(
-        self, thread_id: str, ns: str, plans: Sequence[PlannedValue], chosen: Sequence[bool]
-    ) -> None:
-        for plan, used_fallback in zip(plans, chosen, strict=True):
-            remember = plan.remember_fallback if used_fallback else plan.remember
-            if remember is not None:
-                self._recent.put((thread_id, ns, plan.stored.channel), remember)
-
-    def _store_writes(self, prepared: PreparedWrites, conn: Connection) -> Callable[[], None]:
-        """Store prepared writes in the open transaction: a regular write already stored
-        is kept, a special one replaced; the checkpoint's digest of its writes is added to
-        by what changed (never recounted, so a lost write stays detectable). Returns what
-        to run once committed: nothing."""
-        key = (prepared.thread_id, prepared.checkpoint_ns, prepared.checkpoint_id)
-        task_id, task_path = prepared.task_id, prepared.task_path
-        added, added_sum = 0, 0
-        for w in prepared.writes:
-            row = (*key, task_id, w.idx, w.channel, task_path, w.type, w.codec, w.data)
-            crc = write_crc(row)
-            if w.replaces:
-                old = conn.execute(SELECT_WRITE_CRC, (*key, task_id, w.idx)).fetchone()
-                if old is not None:
-                    added, added_sum = added - 1, added_sum - (old[0] or 0)
-                conn.execute(f"INSERT OR REPLACE {INSERT_WRITE}", (*row, crc))
-            elif not conn.execute(f"INSERT OR IGNORE {INSERT_WRITE}", (*row, crc)).rowcount:
-                continue
-            added, added_sum = added + 1, added_sum + crc
-        if added or added_sum:
-            conn.execute(ADD_TO_WRITES_DIGEST, (*key, added, added_sum))
-        return _done
+        await self._group.write(lambda: functools.partial(store_writes, prepared))
 
     def _maintenance(self) -> Maintenance:
         return Maintenance(self._db, self._rules, self.serde)
