@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_BATCH", "BatchWorker", "Job"]
+__all__ = ["IDLE_SECONDS", "MAX_BATCH", "BatchWorker", "Job", "run_each"]
 
 MAX_BATCH = 64  # jobs per batch: bounds how long one batch keeps the next waiting
 IDLE_SECONDS = 2.0  # the thread stops after this long without a job

@@ -314,20 +314,20 @@ class GroupCommit:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self.worker = BatchWorker("statekeeper-sqlite-writer", self._serve, self._closed)
+        self._worker = BatchWorker("statekeeper-sqlite-writer", self._serve, self._closed)
 
     async def write(self, prepare: Prepare) -> None:
         """Queue a write and wait until it is committed (or raise its error)."""
-        await self.worker.submit(_Write(prepare))
+        await self._worker.submit(_Write(prepare))
 
     async def read(self, call: Callable[[], T]) -> T:
         """Run ``call`` (a read with its own transaction) on the writer thread."""
-        result: T = await self.worker.submit(_Read(call))
+        result: T = await self._worker.submit(_Read(call))
         return result
 
     def close(self) -> None:
         """Store the writes already queued, then stop the thread. Idempotent."""
-        self.worker.close()
+        self._worker.close()
 
     def _closed(self) -> StorageError:
         return StorageError(
