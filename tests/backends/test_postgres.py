@@ -21,6 +21,7 @@ from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.postgres import CHECK_AFTER_IDLE, Freshness
 from statekeeper.backends.postgres._database import Q, lock_key
+from statekeeper.backends.postgres._writes import array_literal
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
@@ -145,6 +146,41 @@ def test_an_unreachable_server_is_a_storage_error_without_the_password() -> None
         )
     assert "s3cret" not in str(info.value)
     assert "127.0.0.1:1" in str(info.value)
+
+
+# -- array parameters --------------------------------------------------------------------
+
+HOSTILE_TEXT = [
+    "",
+    "NULL",
+    "null",
+    'say "hi"',
+    "back\\slash",
+    "{a,b}",
+    " pad ",
+    "é中\U0001f600",
+    "\x01\x02",
+]
+
+
+@pytest.mark.parametrize(
+    ("items", "cast"),
+    [
+        (HOSTILE_TEXT, "text[]"),
+        ([None, "x", None], "text[]"),
+        ([], "text[]"),
+        ([0, -1, 2**63 - 1, -(2**63), None], "bigint[]"),
+        ([b"", b"\x00\xff", bytearray(b"\\"), memoryview(b'"{,}'), None], "bytea[]"),
+    ],
+)
+def test_array_literals_reach_the_server_exactly(url: str, items: list[Any], cast: str) -> None:
+    """The puts send their lists as array text (``array_literal``): each item arrives as
+    itself, whatever quotes, braces, backslashes or NULL-like text it holds."""
+    with connect(url) as conn:
+        row = conn.execute(f"SELECT %s::{cast}", (array_literal(items),)).fetchone()
+    assert row is not None
+    expected = [bytes(i) if isinstance(i, bytearray | memoryview) else i for i in items]
+    assert row[0] == expected
 
 
 # -- schema and migrations ------------------------------------------------------------------

@@ -28,7 +28,7 @@ from statekeeper.backends.postgres._reads import Reader
 from statekeeper.backends.postgres._schema import PUT, PUT_WRITES, VALUE_COLUMNS
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 
-__all__ = ["put", "put_writes"]
+__all__ = ["array_literal", "put", "put_writes"]
 
 # A JSON \u escape of a UTF-16 surrogate, and whether it is a high (lead) one.
 _SURROGATE = re.compile(r"\\u[dD]([89abAB]|[c-fC-F])[0-9a-fA-F]{2}")
@@ -56,6 +56,25 @@ def jsonb_text(text: str) -> str | None:
     return text
 
 
+def array_literal(items: Sequence[str | int | bytes | bytearray | memoryview | None]) -> str:
+    """``items`` as the text of a PostgreSQL array (``{"a",1,NULL,"\\\\x00ff"}``), sent as a
+    parameter and cast by the statement (``%(x)s::text[]``). psycopg adapts a Python list
+    by inspecting its items at every call, several microseconds a list; the statements
+    of every put send a dozen short lists, so they are written here instead (strings
+    quoted and escaped, ints as digits, bytes in bytea's hex form)."""
+    parts = []
+    for item in items:
+        if item is None:
+            parts.append("NULL")
+        elif isinstance(item, str):
+            parts.append('"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        elif isinstance(item, int):
+            parts.append(str(item))
+        else:  # bytes, bytearray, memoryview
+            parts.append('"\\\\x' + item.hex() + '"')
+    return "{" + ",".join(parts) + "}"
+
+
 def put(prepared: PreparedPut, plans: Sequence[PlannedValue], reader: Reader) -> Op[list[bool]]:
     """Store a prepared put with its planned values; return, per plan, whether its full
     copy was stored in place of its delta."""
@@ -77,8 +96,8 @@ def put(prepared: PreparedPut, plans: Sequence[PlannedValue], reader: Reader) ->
         "checkpoint": payload[2],
         "metadata": prepared.metadata_json,
         "doc": jsonb_text(prepared.metadata_json),
-        "ch": channels,
-        "ver": versions,
+        "ch": array_literal(channels),
+        "ver": array_literal(versions),
         "crc": checkpoint_crc(key, parent, run, payload, channels, versions),
         "mcrc": metadata_crc(key, prepared.metadata_json),
     }
@@ -110,24 +129,26 @@ def put(prepared: PreparedPut, plans: Sequence[PlannedValue], reader: Reader) ->
 
 def _value_params(
     t: str, ns: str, chosen: Sequence[StoredValue], plans: Sequence[PlannedValue]
-) -> dict[str, list[Any]]:
+) -> dict[str, str]:
     stored = [
         StoredValue(encode_id(v.channel), v.version, v.type, v.codec, v.data, v.base, v.crc)
         for v in chosen
     ]
     return {
-        "vch": [v.channel for v in stored],
-        "vver": [v.version for v in stored],
-        "vtype": [v.type for v in stored],
-        "vcodec": [v.codec for v in stored],
-        "vblob": [v.data for v in stored],
-        "vbase": [v.base for v in stored],
-        "vcrc": [v.crc for v in stored],
-        "vrow": [value_crc(t, ns, v) for v in stored],
-        "vbasecrc": [
-            plan.base_crc if v.base is not None else None
-            for v, plan in zip(stored, plans, strict=True)
-        ],
+        "vch": array_literal([v.channel for v in stored]),
+        "vver": array_literal([v.version for v in stored]),
+        "vtype": array_literal([v.type for v in stored]),
+        "vcodec": array_literal([v.codec for v in stored]),
+        "vblob": array_literal([v.data for v in stored]),
+        "vbase": array_literal([v.base for v in stored]),
+        "vcrc": array_literal([v.crc for v in stored]),
+        "vrow": array_literal([value_crc(t, ns, v) for v in stored]),
+        "vbasecrc": array_literal(
+            [
+                plan.base_crc if v.base is not None else None
+                for v, plan in zip(stored, plans, strict=True)
+            ]
+        ),
     }
 
 
@@ -182,12 +203,12 @@ def put_writes(prepared: PreparedWrites) -> Op[None]:
             "id": key[2],
             "task": task,
             "path": path,
-            "idx": [r[1] for r in rows],
-            "ch": [r[2] for r in rows],
-            "type": [r[4] for r in rows],
-            "codec": [r[5] for r in rows],
-            "value": [r[6] for r in rows],
-            "crc": [write_crc(key, r) for r in rows],
+            "idx": array_literal([r[1] for r in rows]),
+            "ch": array_literal([r[2] for r in rows]),
+            "type": array_literal([r[4] for r in rows]),
+            "codec": array_literal([r[5] for r in rows]),
+            "value": array_literal([r[6] for r in rows]),
+            "crc": array_literal([write_crc(key, r) for r in rows]),
         },
         "count",
         prepare=True,
