@@ -47,10 +47,9 @@ from statekeeper.backends.postgres._claims import Claims
 from statekeeper.backends.postgres._database import BEGIN, COMMIT, Database, Op, Q, lock_key
 from statekeeper.backends.postgres._integrity import Where, with_location
 from statekeeper.backends.postgres._listing import Listing
-from statekeeper.backends.postgres._maintenance import Maintenance
+from statekeeper.backends.postgres._maintenance import Maintenance, verify
 from statekeeper.backends.postgres._reads import Raw, Reader, decode_raw, decode_writes
 from statekeeper.backends.postgres._schema import MIGRATIONS, THREAD_HEADS, THREAD_HEADS_AFTER
-from statekeeper.backends.postgres._verify import verify
 from statekeeper.backends.postgres._writes import put, put_writes
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.heads import Head
