@@ -20,7 +20,8 @@ import pytest
 from langgraph.graph import END, START, StateGraph
 
 from statekeeper.backends.postgres import CHECK_AFTER_IDLE, Freshness
-from statekeeper.backends.postgres._database import Q, lock_key
+from statekeeper.backends.postgres._database import lock_key
+from statekeeper.backends.postgres._running import Q
 from statekeeper.backends.postgres._writes import array_literal
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
@@ -284,7 +285,7 @@ def test_read_only_creates_nothing_and_refuses_writes(url: str) -> None:
 
 
 def _delete_everything() -> Any:
-    from statekeeper.backends.postgres._database import Q
+    from statekeeper.backends.postgres._running import Q
 
     yield Q("DELETE FROM checkpoints", fetch="count")
 
@@ -348,7 +349,7 @@ def test_an_async_run_survives_the_server_dropping_its_connections(url: str) -> 
     killed: list[int] = []
 
     def during(n: int) -> None:
-        if n in (3, 9):  # mid-run (n is odd): the saver's asyncio pool loses its connections
+        if n in (3, 9):  # mid-run (n is odd): the saver loses its connections
             killed.append(_terminate(url, name))
 
     async def run(saver: Any) -> tuple[list[str], list[int]]:
@@ -420,11 +421,19 @@ def test_a_write_that_cannot_reconnect_fails_cleanly_and_the_run_resumes(url: st
     assert len(state) == len(set(state))
 
 
+async def _alisted(saver: Any, thread_id: str) -> Any:
+    """The thread's newest checkpoint, read by ``alist``: on the loop's asyncio pool (the
+    calls of a turn go to the serving thread instead)."""
+    found = [t async for t in saver.alist(_config(thread_id), limit=1)]
+    return found[0] if found else None
+
+
 def test_the_async_api_works_from_one_event_loop_after_another(url: str) -> None:
     async def put_and_read(saver: Any, n: int) -> Any:
         config = {"configurable": {"thread_id": f"t{n}", "checkpoint_ns": ""}}
         await saver.aput(config, _checkpoint(), {"n": n}, {})
-        return (await saver.aget_tuple(config)).metadata
+        assert (await saver.aget_tuple(config)).metadata == {"n": n}
+        return (await _alisted(saver, f"t{n}")).metadata
 
     with open_checkpointer(url) as saver:
         # each asyncio.run has a loop of its own: the saver's asyncio pool follows it
@@ -468,7 +477,7 @@ def test_an_event_loop_ends_while_its_asyncio_pool_is_still_connecting(url: str)
     with Relay(url) as relay, open_checkpointer(relay.url(url) + options) as saver:
         relay.wait_for(2)  # the sync pool's connections
         relay.hold(passing=1)  # the asyncio pool opens two: one gets through
-        _in_threads(lambda: asyncio.run(saver.aget_tuple(_config("t"))), timeout=30)
+        _in_threads(lambda: asyncio.run(_alisted(saver, "t")), timeout=30)
         assert relay.accepted == 4  # so the other was still being opened at the end
         assert saver.get_tuple(_config("t")) is None  # and the saver still works
 
@@ -489,11 +498,13 @@ def test_event_loops_in_several_threads_each_keep_their_own_asyncio_pool(url: st
                 found = await saver.aget_tuple(_config(f"t{n}"))
                 assert found is not None
                 assert found.metadata["turn"] == turn
+                assert (await _alisted(saver, f"t{n}")).metadata["turn"] == turn
                 barrier.wait(timeout=30)  # every loop has its turn before the next
 
         _in_threads(*[lambda n=n: asyncio.run(work(n)) for n in range(loops)], timeout=60)
         assert [len(list(saver.list(_config(f"t{n}")))) for n in range(loops)] == [turns] * 3
-        # the sync pool's connections and each loop's pool's: at most pool_max_size each
+        # the sync pool's connections (also serving the calls of a turn) and each loop's
+        # pool's: at most pool_max_size each
         assert relay.accepted <= 2 * (1 + loops)
 
 
@@ -511,6 +522,7 @@ def test_closing_the_saver_just_before_its_event_loop_ends_leaves_no_connection(
         options = f"&application_name={name}&pool_min_size=1&pool_max_size=1"
         with open_checkpointer(url + options) as saver:
             await saver.aget_tuple(_config("t"))
+            await _alisted(saver, "t")
 
     asyncio.run(main())
     deadline = time.monotonic() + 10  # the server sees a closed session end a moment later

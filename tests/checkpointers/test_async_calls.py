@@ -1,7 +1,6 @@
 """The async API's calls of a turn (``aget_tuple``, ``aput``, ``aput_writes``) on every
 backend: many at once from one event loop all land, and none hops to the loop's default
-executor (``asyncio.to_thread``): SQLite, file and Redis serve them on one thread of
-their own, PostgreSQL on the loop."""
+executor (``asyncio.to_thread``): every backend serves them on one thread of its own."""
 
 from __future__ import annotations
 

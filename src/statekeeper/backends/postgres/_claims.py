@@ -19,7 +19,8 @@ import psycopg
 
 from statekeeper._storage.claims import busy_error, holder_info
 from statekeeper.backends.postgres import encode_id
-from statekeeper.backends.postgres._database import Database, Op, Q, lock_key
+from statekeeper.backends.postgres._database import Database, lock_key
+from statekeeper.backends.postgres._running import Op, Q
 
 __all__ = ["Claims"]
 

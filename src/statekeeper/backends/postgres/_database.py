@@ -2,10 +2,11 @@
 
 One :class:`Database` owns a ``psycopg_pool`` connection pool (and an asyncio pool for each
 event loop that uses the async API), creates and migrates its component's tables on open,
-and runs operations. Each operation is written once, as a generator that yields :class:`Q`
-requests and receives their rows (:data:`Op`); :meth:`Database.run` executes it on a
-pooled connection, :meth:`Database.arun` on an asyncio one, so the sync and the async
-API never drift apart.
+and runs operations. Each operation is written once, as a generator of statements
+(:mod:`._running`); :meth:`Database.run` executes it on a pooled connection,
+:meth:`Database.arun` on an asyncio one, and the checkpointer's small async calls are
+batched onto the pool by :func:`._running.serve`, so the sync and the async API never
+drift apart.
 
 Connections are in autocommit mode: a single statement is its own transaction, and an
 operation that needs several in one transaction yields ``Q(BEGIN)``... ``Q(COMMIT)``;
@@ -15,7 +16,7 @@ Lost connections: the pool checks a connection idle for a while before handing i
 (:class:`~statekeeper.backends.postgres.Freshness`; optional), and an operation that
 failed because its connection broke (``OperationalError``) drains the pool and is run
 again, from its start, on a new connection (``retries`` times; every operation is
-idempotent except those marked ``retry=False``). One that still fails raises
+idempotent except those run with ``retries=0``). One that still fails raises
 :class:`~statekeeper.errors.StorageError` saying what to do; a write that failed was
 rolled back by the server (a transaction on a dropped connection never commits).
 """
@@ -27,9 +28,9 @@ import contextlib
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.types.numeric
@@ -38,6 +39,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from statekeeper.backends.postgres import Connection, Freshness, LoopPool, keep_open, release
+from statekeeper.backends.postgres._running import BEGIN, COMMIT, Op, Q, adrive, drive, lost
 from statekeeper.errors import (
     ReadOnlyError,
     SchemaVersionError,
@@ -45,31 +47,10 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 
-__all__ = ["BEGIN", "BEGIN_READ", "COMMIT", "Database", "Migration", "Op", "Q", "lock_key"]
+__all__ = ["Database", "Migration", "lock_key"]
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Q:
-    """One statement and its parameters. The reply: the rows (``"all"``), the first row
-    or ``None`` (``"one"``), or the number of rows changed (``"count"``)."""
-
-    sql: str | sql.Composable
-    params: Sequence[Any] | dict[str, Any] | None = None
-    fetch: Literal["all", "one", "count"] = "all"
-    many: bool = False  # params is a sequence of parameter sets (executemany)
-    # prepared on its first run on a connection, not its sixth (psycopg's threshold): the
-    # statements of every put and read, whose planning costs more than their execution
-    prepare: bool = False
-
-
-Op = Generator[Q, Any, T]
-BEGIN = Q("BEGIN", fetch="count")
-# A consistent snapshot for reads of several statements.
-BEGIN_READ = Q("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fetch="count")
-COMMIT = Q("COMMIT", fetch="count")
 
 
 @dataclass(frozen=True)
@@ -277,61 +258,76 @@ class Database:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StorageError(
-                f"the PostgreSQL {self.component} in {self.display} is closed; open a new "
-                "checkpointer or store"
-            )
+            raise self.closed_error()
 
-    def run(self, make: Callable[[], Op[T]], *, write: bool = False, retry: bool = True) -> T:
+    def closed_error(self) -> StorageError:
+        """What a call on the closed database raises."""
+        return StorageError(
+            f"the PostgreSQL {self.component} in {self.display} is closed; open a new "
+            "checkpointer or store"
+        )
+
+    @contextlib.contextmanager
+    def pooled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of the pool for the block. One that broke (``OperationalError``)
+        drains the pool: the server may have dropped (or be dropping: termination is not
+        instant) its other connections too, so all are replaced, those in use as they
+        come back, and neither a retry nor the next call meets one."""
+        self._check_open()
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+                self._fresh.alive(conn)
+        except psycopg.OperationalError as exc:
+            if lost(exc):
+                self._pool.drain()
+            raise
+
+    def run(
+        self, make: Callable[[], Op[T]], *, write: bool = False, retries: int | None = None
+    ) -> T:
         """Run the operation ``make()`` returns on a pooled connection (see the module
-        docstring for transactions and retries)."""
+        docstring for transactions and retries; ``retries``: the connection's unless
+        given, 0 for an operation that is not idempotent)."""
         self._check_open()
         if write and self.read_only:
             raise self.read_only_error()
-        attempts = 1 + (self.connection.retries if retry else 0)
+        attempts = 1 + (self.connection.retries if retries is None else retries)
         for attempt in range(attempts):
             try:
-                with self._pool.connection() as conn:
-                    result = _drive(conn, make())
-                    self._fresh.alive(conn)
-                    return result
+                with self.pooled() as conn:
+                    return drive(conn, make())
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
-                if _lost(exc):
-                    # the server may have dropped (or be dropping: termination is not
-                    # instant) the pool's other connections too: replace them all, those
-                    # in use as they come back, so neither the retry nor the next call
-                    # meets one
-                    self._pool.drain()
-                    if attempt + 1 < attempts:
-                        logger.info("connection to %s lost; retrying: %s", self.display, exc)
-                        continue
+                if lost(exc) and attempt + 1 < attempts:
+                    logger.info("connection to %s lost; retrying: %s", self.display, exc)
+                    continue
                 raise self.error(exc, write) from exc
             except psycopg.Error as exc:
                 raise self.error(exc, write) from exc
         raise AssertionError("unreachable")
 
     async def arun(
-        self, make: Callable[[], Op[T]], *, write: bool = False, retry: bool = True
+        self, make: Callable[[], Op[T]], *, write: bool = False, retries: int | None = None
     ) -> T:
         """:meth:`run` on the asyncio pool of the running event loop."""
         self._check_open()
         if write and self.read_only:
             raise self.read_only_error()
         pool = await self._async_pool()
-        attempts = 1 + (self.connection.retries if retry else 0)
+        attempts = 1 + (self.connection.retries if retries is None else retries)
         for attempt in range(attempts):
             try:
                 async with pool.connection() as conn:
-                    result = await _adrive(conn, make())
+                    result = await adrive(conn, make())
                     self._fresh.alive(conn)
                     return result
             except psycopg_pool.PoolTimeout as exc:
                 raise self.error(exc, write) from exc
             except psycopg.OperationalError as exc:
-                if _lost(exc):
-                    await pool.drain()  # as in run
+                if lost(exc):
+                    await pool.drain()  # as in pooled
                     if attempt + 1 < attempts:
                         logger.info("connection to %s lost; retrying: %s", self.display, exc)
                         continue
@@ -418,68 +414,3 @@ class Database:
             pool.close()
         for each in kept:
             release(each)
-
-
-def _lost(exc: psycopg.OperationalError) -> bool:
-    """Whether ``exc`` says the connection broke (so a new one may succeed), rather than
-    the statement failing on a working connection (a lock timeout, a cancelled query)."""
-    return not isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
-
-
-def _execute(cur: psycopg.Cursor[Any], q: Q) -> Any:
-    if q.many:
-        cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
-        return cur.rowcount
-    cur.execute(q.sql, q.params, prepare=q.prepare or None)  # type: ignore[arg-type]
-    if q.fetch == "count":
-        return cur.rowcount
-    if cur.description is None:
-        return [] if q.fetch == "all" else None
-    return cur.fetchall() if q.fetch == "all" else cur.fetchone()
-
-
-def _drive(conn: psycopg.Connection[Any], op: Op[T]) -> T:
-    """Run ``op`` on ``conn``; roll back a transaction it left open by failing."""
-    reply: Any = None
-    try:
-        with conn.cursor() as cur:
-            while True:
-                try:
-                    q = op.send(reply)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                reply = _execute(cur, q)
-    except BaseException:
-        op.close()
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
-                conn.execute("ROLLBACK")
-        raise
-
-
-async def _adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
-    reply: Any = None
-    try:
-        async with conn.cursor() as cur:
-            while True:
-                try:
-                    q = op.send(reply)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                if q.many:
-                    await cur.executemany(q.sql, q.params or [])  # type: ignore[arg-type]
-                    reply = cur.rowcount
-                else:
-                    await cur.execute(q.sql, q.params, prepare=q.prepare or None)  # type: ignore[arg-type]
-                    if q.fetch == "count":
-                        reply = cur.rowcount
-                    elif cur.description is None:
-                        reply = [] if q.fetch == "all" else None
-                    else:
-                        reply = await (cur.fetchall() if q.fetch == "all" else cur.fetchone())
-    except BaseException:
-        op.close()
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):
-                await conn.execute("ROLLBACK")
-        raise

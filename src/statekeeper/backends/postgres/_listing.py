@@ -20,9 +20,10 @@ from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from statekeeper.backends.postgres import encode_id
-from statekeeper.backends.postgres._database import Database, Op, Q
+from statekeeper.backends.postgres._database import Database
 from statekeeper.backends.postgres._integrity import check_checkpoint
 from statekeeper.backends.postgres._reads import Raw, Reader, decode_raw, split_full
+from statekeeper.backends.postgres._running import Op, Q
 from statekeeper.backends.postgres._schema import SELECT_FULL
 from statekeeper.checkpointers.semantics import before_id, list_scope, matches
 from statekeeper.errors import CorruptCheckpointError

@@ -28,7 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from statekeeper._storage.lineage import delta_channels, keep_latest_ids, unused_values
 from statekeeper._storage.payload import EMPTY
 from statekeeper.backends.postgres import decode_id, encode_id
-from statekeeper.backends.postgres._database import BEGIN, BEGIN_READ, COMMIT, Database, Op, Q
+from statekeeper.backends.postgres._database import Database
 from statekeeper.backends.postgres._integrity import (
     check_checkpoint,
     check_value,
@@ -42,6 +42,7 @@ from statekeeper.backends.postgres._integrity import (
     write_crc,
 )
 from statekeeper.backends.postgres._reads import Reader
+from statekeeper.backends.postgres._running import BEGIN, BEGIN_READ, COMMIT, Op, Q
 from statekeeper.backends.postgres._schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,

@@ -30,7 +30,6 @@ from statekeeper._storage.lineage import assemble_history, walk_chains
 from statekeeper._storage.payload import EMPTY, decode, loads
 from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads
 from statekeeper.backends.postgres import decode_id, encode_id
-from statekeeper.backends.postgres._database import BEGIN_READ, COMMIT, Op, Q
 from statekeeper.backends.postgres._integrity import (
     Where,
     check_checkpoint,
@@ -39,6 +38,7 @@ from statekeeper.backends.postgres._integrity import (
     corrupt,
     key_path,
 )
+from statekeeper.backends.postgres._running import BEGIN_READ, COMMIT, Op, Q
 from statekeeper.backends.postgres._schema import (
     CHECKPOINT_COLUMNS,
     CHECKPOINTS,

@@ -16,7 +16,6 @@ from typing import Any
 
 from statekeeper._storage.deltas import PlannedValue, StoredValue
 from statekeeper.backends.postgres import encode_id
-from statekeeper.backends.postgres._database import BEGIN, COMMIT, Op, Q
 from statekeeper.backends.postgres._integrity import (
     check_value,
     checkpoint_crc,
@@ -25,6 +24,7 @@ from statekeeper.backends.postgres._integrity import (
     write_crc,
 )
 from statekeeper.backends.postgres._reads import Reader
+from statekeeper.backends.postgres._running import BEGIN, COMMIT, Op, Q
 from statekeeper.backends.postgres._schema import PUT, PUT_WRITES, VALUE_COLUMNS
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 

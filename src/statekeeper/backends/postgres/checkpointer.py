@@ -12,8 +12,11 @@ list them (:mod:`._integrity`); damage raises
 :class:`~statekeeper.errors.CorruptCheckpointError`, or with ``on_corrupt="fallback"``
 is skipped with a warning; :meth:`PostgresCheckpointer.verify` checks everything.
 
-Concurrency: a pool of connections serves the sync API (thread-safe), an asyncio pool the
-async one; the same operations run on both (:mod:`._database`). Claims are advisory
+Concurrency: a pool of connections serves the sync API (thread-safe). The async API's
+calls of a turn (``aget_tuple``, ``aput``, ``aput_writes``) queue for one thread that sends
+those waiting in one round trip and one transaction on that pool
+(:func:`._running.serve`); its other calls use an asyncio pool per event loop. The same
+operations run on all of them (:mod:`._running`). Claims are advisory
 locks held by a connection of their own, so the server releases them when the holder
 dies.
 """
@@ -36,6 +39,7 @@ from psycopg import sql
 from statekeeper._storage.deltas import PlannedValue, ValuePlanner
 from statekeeper._storage.payload import safe_serde
 from statekeeper._storage.remembered import RecentPayloads
+from statekeeper._storage.worker import BatchWorker
 from statekeeper.backends.postgres import (
     POOL_OPTIONS,
     Connection,
@@ -44,11 +48,12 @@ from statekeeper.backends.postgres import (
     split_options,
 )
 from statekeeper.backends.postgres._claims import Claims
-from statekeeper.backends.postgres._database import BEGIN, COMMIT, Database, Op, Q, lock_key
+from statekeeper.backends.postgres._database import Database, lock_key
 from statekeeper.backends.postgres._integrity import Where, with_location
 from statekeeper.backends.postgres._listing import Listing
 from statekeeper.backends.postgres._maintenance import Maintenance, verify
 from statekeeper.backends.postgres._reads import Raw, Reader, decode_raw, decode_writes
+from statekeeper.backends.postgres._running import BEGIN, COMMIT, Call, Op, Q, serve
 from statekeeper.backends.postgres._schema import MIGRATIONS, THREAD_HEADS, THREAD_HEADS_AFTER
 from statekeeper.backends.postgres._writes import put, put_writes
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
@@ -119,6 +124,9 @@ class PostgresCheckpointer(Checkpointer):
         self.read_only = self._db.read_only
         self._reader = Reader(self._db.display, self._recent)
         self._claims = Claims(self._db)
+        self._worker = BatchWorker(
+            "statekeeper-postgres", partial(serve, self._db), self._db.closed_error
+        )
 
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
@@ -130,7 +138,9 @@ class PostgresCheckpointer(Checkpointer):
         return cls(Connection.from_url(url, pool), **merged)
 
     def close(self) -> None:
-        """Close the pools. Idempotent; later calls raise StorageError."""
+        """Close the pools (after the async calls already queued). Idempotent; later calls
+        raise StorageError."""
+        self._worker.close()
         self._db.close()
 
     def __repr__(self) -> str:
@@ -178,7 +188,7 @@ class PostgresCheckpointer(Checkpointer):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         where, checkpoint_id, make = self._get_op(config)
         try:
-            raw = await self._db.arun(make)
+            raw = await self._worker.submit(Call(make))
             return None if raw is None else decode_raw(self.serde, raw, self._recent)
         except CorruptCheckpointError as exc:
             # the fallback listing is rare: run it in a worker thread
@@ -315,14 +325,14 @@ class PostgresCheckpointer(Checkpointer):
 
     async def _acommit_put(self, prepared: PreparedPut) -> None:
         plans = self._plans(prepared)
-        chosen = await self._db.arun(lambda: put(prepared, plans, self._reader), write=True)
+        chosen = await self._worker.submit(Call(lambda: put(prepared, plans, self._reader), True))
         self._remember(prepared, plans, chosen)
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
         self._db.run(lambda: put_writes(prepared), write=True)
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
-        await self._db.arun(lambda: put_writes(prepared), write=True)
+        await self._worker.submit(Call(lambda: put_writes(prepared), write=True))
 
     def _maintenance(self) -> Maintenance:
         return Maintenance(self._reader)
@@ -348,11 +358,11 @@ class PostgresCheckpointer(Checkpointer):
 
     def _copy_thread(self, source: str, target: str) -> None:
         s, t = encode_id(source), encode_id(target)
-        self._db.run(lambda: self._maintenance().copy_thread(s, t), write=True, retry=False)
+        self._db.run(lambda: self._maintenance().copy_thread(s, t), write=True, retries=0)
 
     async def _acopy_thread(self, source: str, target: str) -> None:
         s, t = encode_id(source), encode_id(target)
-        await self._db.arun(lambda: self._maintenance().copy_thread(s, t), write=True, retry=False)
+        await self._db.arun(lambda: self._maintenance().copy_thread(s, t), write=True, retries=0)
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
         stored = [encode_id(i) for i in ids]
@@ -396,7 +406,7 @@ class PostgresCheckpointer(Checkpointer):
         """
         self._writable("discard the schema")
         try:
-            return self._db.run(self._discard_schema, write=True, retry=False)
+            return self._db.run(self._discard_schema, write=True, retries=0)
         except StorageError:
             return False  # something else is in the schema: it stays, whole
 

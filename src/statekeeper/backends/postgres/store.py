@@ -21,7 +21,8 @@ from statekeeper.backends.postgres import (
     encode_id,
     split_options,
 )
-from statekeeper.backends.postgres._database import Database, Migration, Op, Q
+from statekeeper.backends.postgres._database import Database, Migration
+from statekeeper.backends.postgres._running import Op, Q
 from statekeeper.errors import ReadOnlyError, SerializationError, StorageError
 from statekeeper.memory.store.base import Plan, Write
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
