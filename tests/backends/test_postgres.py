@@ -184,6 +184,26 @@ def test_array_literals_reach_the_server_exactly(url: str, items: list[Any], cas
     assert row[0] == expected
 
 
+def test_only_values_of_4_kb_and_more_are_compressed(url: str) -> None:
+    """A chat turn's payloads are stored as they are; a large value is compressed."""
+    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    checkpoint = _checkpoint()
+    checkpoint["channel_values"] = {"small": "ab" * 500, "large": "ab" * 5000}
+    checkpoint["channel_versions"] = {"small": "1", "large": "1"}
+    with open_checkpointer(url) as saver:
+        saver.put(config, checkpoint, {}, {"small": "1", "large": "1"})
+        found = saver.get_tuple(config)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == checkpoint["channel_values"]
+    with connect(url) as conn:
+        codecs = dict(
+            conn.execute(
+                f"SELECT channel, codec FROM {_schema(url)}.blobs ORDER BY channel"
+            ).fetchall()
+        )
+    assert codecs == {"large": "zlib", "small": ""}
+
+
 # -- schema and migrations ------------------------------------------------------------------
 
 

@@ -342,3 +342,15 @@ def test_payloads_round_trip_compressed_or_not(data: bytes, repetitive: bool) ->
         assert codec in (("zlib", "") if compress else ("",))
         assert unpack(codec, stored) == data
         assert len(stored) <= len(data)
+
+
+def test_only_payloads_of_min_bytes_and_more_are_compressed() -> None:
+    from statekeeper._storage.payload import COMPRESS_MIN_BYTES
+    from statekeeper._storage.payload import pack as pack_payload
+
+    small, large = b"ab" * (COMPRESS_MIN_BYTES // 2), b"ab" * 2048
+    assert pack_payload(small[:-1], compress=True)[0] == ""
+    assert pack_payload(small, compress=True)[0] == "zlib"
+    assert pack_payload(small, compress=True, min_bytes=4096)[0] == ""
+    assert pack_payload(large, compress=True, min_bytes=4096)[0] == "zlib"
+    assert pack_payload(large, compress=False, min_bytes=4096)[0] == ""

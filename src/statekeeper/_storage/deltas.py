@@ -42,7 +42,14 @@ from typing import Any
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from statekeeper._storage.payload import EMPTY, dumps, ensure_exact, pack, unpack
+from statekeeper._storage.payload import (
+    COMPRESS_MIN_BYTES,
+    EMPTY,
+    dumps,
+    ensure_exact,
+    pack,
+    unpack,
+)
 from statekeeper._storage.remembered import RecentPayloads, Remembered
 from statekeeper._storage.serde import array_header_length, check_extensions, element_count
 from statekeeper.errors import SerializationError
@@ -159,12 +166,13 @@ class PlannedValue:
 class ValuePlanner:
     """How one checkpointer decides to store channel values: as deltas on the payloads
     it wrote last (``recent``, shared with its reads), else whole; zlib-compressed when
-    ``compress`` (and it saves space, see :func:`~.payload.pack`). ``serde`` is
-    passed to each call: LangGraph's ``with_allowlist`` clones a saver (sharing this
-    planner) with another serializer."""
+    ``compress`` and they have ``min_bytes`` or more (and it saves space, see
+    :func:`~.payload.pack`). ``serde`` is passed to each call: LangGraph's
+    ``with_allowlist`` clones a saver (sharing this planner) with another serializer."""
 
     recent: RecentPayloads
     compress: bool = True
+    min_bytes: int = COMPRESS_MIN_BYTES
 
     def plan(
         self, serde: SerializerProtocol, key: Hashable, channel: str, version: str, value: Any
@@ -190,7 +198,7 @@ class ValuePlanner:
         is_array = type_ == "msgpack" and array_header_length(raw) is not None
 
         def whole() -> tuple[StoredValue, Remembered | None]:
-            codec, data = pack(raw, compress=self.compress)
+            codec, data = pack(raw, compress=self.compress, min_bytes=self.min_bytes)
             full = StoredValue(channel, version, type_, codec, data, crc=checksum)
             return full, Remembered.whole(version, raw, checksum, value) if is_array else None
 
@@ -237,7 +245,7 @@ class ValuePlanner:
         grown = previous.extended(version, piece, len(value), value, len(known))
 
         def whole() -> tuple[StoredValue, Remembered | None]:
-            codec, data = pack(grown.data, compress=self.compress)
+            codec, data = pack(grown.data, compress=self.compress, min_bytes=self.min_bytes)
             full = StoredValue(channel, version, type_, codec, data, crc=grown.crc)
             return full, grown.rooted()
 
@@ -251,7 +259,7 @@ class ValuePlanner:
         whole: Callable[[], tuple[StoredValue, Remembered | None]],
     ) -> PlannedValue:
         base, delta = grown.delta()
-        codec, data = pack(delta, compress=self.compress)
+        codec, data = pack(delta, compress=self.compress, min_bytes=self.min_bytes)
         codec = APPEND + ("+" + codec if codec else "")
         stored = StoredValue(channel, grown.version, type_, codec, data, base.version, grown.crc)
         return PlannedValue(stored, whole, base.crc, grown)

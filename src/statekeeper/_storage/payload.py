@@ -63,7 +63,9 @@ _ZLIB_LEVEL = 3  # close to level 6's ratio on chat text at about half its cost
 EMPTY = ("empty", "", b"")  # stored for a channel version that has no value
 
 
-def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[str, str, bytes]:
+def encode(
+    serde: SerializerProtocol, value: Any, *, compress: bool, min_bytes: int = COMPRESS_MIN_BYTES
+) -> tuple[str, str, bytes]:
     """Serialise ``value`` to ``(type, codec, bytes)``: :func:`dumps`, checked by
     :func:`ensure_exact` and :func:`check_extensions`, then packed by :func:`pack`.
 
@@ -74,7 +76,7 @@ def encode(serde: SerializerProtocol, value: Any, *, compress: bool) -> tuple[st
     type_, data = dumps(serde, value)
     ensure_exact(value, type_, data)
     check_extensions(value, type_, data)
-    return (type_, *pack(data, compress=compress))
+    return (type_, *pack(data, compress=compress, min_bytes=min_bytes))
 
 
 def dumps(serde: SerializerProtocol, value: Any) -> tuple[str, bytes]:
@@ -119,9 +121,10 @@ def ensure_exact(value: Any, type_: str, data: bytes) -> None:
             )
 
 
-def pack(data: bytes, *, compress: bool) -> tuple[str, bytes]:
-    """``(codec, bytes)``: zlib when asked, when ``data`` is large enough and it saves 10%."""
-    if compress and len(data) >= COMPRESS_MIN_BYTES:
+def pack(data: bytes, *, compress: bool, min_bytes: int = COMPRESS_MIN_BYTES) -> tuple[str, bytes]:
+    """``(codec, bytes)``: zlib when asked, when ``data`` has ``min_bytes`` or more and
+    it saves 10%."""
+    if compress and len(data) >= min_bytes:
         packed = zlib.compress(data, _ZLIB_LEVEL)
         if len(packed) < len(data) * 0.9:
             return "zlib", packed

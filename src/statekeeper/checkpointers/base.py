@@ -37,7 +37,7 @@ from langgraph.checkpoint.base import (
 )
 
 from statekeeper._storage.claims import ahold, check_wait, hold
-from statekeeper._storage.payload import check_id, encode
+from statekeeper._storage.payload import COMPRESS_MIN_BYTES, check_id, encode
 from statekeeper.checkpointers.heads import Head, check_page, newest_heads, scan_heads
 from statekeeper.checkpointers.records import (
     Encoded,
@@ -82,6 +82,8 @@ class Checkpointer(BaseCheckpointSaver[str]):
     """
 
     compress: bool = True
+    # payloads smaller than this are stored as they are (a backend may raise it)
+    compress_min_bytes: int = COMPRESS_MIN_BYTES
     read_only: bool = False  # set by the backend: opened with ?mode=ro, or not writable
 
     def close(self) -> None:
@@ -252,7 +254,9 @@ class Checkpointer(BaseCheckpointSaver[str]):
         # SerializationError that serialising the checkpoint holding it would raise.
         stripped: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stripped.pop("channel_values", None) or {}
-        encoded = Encoded(*encode(self.serde, stripped, compress=self.compress))
+        encoded = Encoded(
+            *encode(self.serde, stripped, compress=self.compress, min_bytes=self.compress_min_bytes)
+        )
         return PreparedPut(
             thread_id=thread_id,
             checkpoint_ns=ns,
@@ -283,12 +287,12 @@ class Checkpointer(BaseCheckpointSaver[str]):
             raise ConfigurationError("put_writes needs a config with a checkpoint_id")
         task_id = check_id(task_id, "task_id", allow_empty=True)
         task_path = check_id(task_path, "task_path", allow_empty=True)
-        serde, compress = self.serde, self.compress
+        serde, compress, min_bytes = self.serde, self.compress, self.compress_min_bytes
         rows: list[WriteRow] = []
         for idx, (channel, value) in enumerate(writes):
             # the name first: an unhashable channel is an InvalidIdError, not a TypeError
             name = check_id(channel, "channel name", allow_empty=True)
-            type_, codec, data = encode(serde, value, compress=compress)
+            type_, codec, data = encode(serde, value, compress=compress, min_bytes=min_bytes)
             rows.append(WriteRow(WRITES_IDX_MAP.get(name, idx), name, type_, codec, data))
         return PreparedWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(rows))
 

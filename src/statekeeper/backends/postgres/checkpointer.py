@@ -96,7 +96,7 @@ class PostgresCheckpointer(Checkpointer):
             (``"ro"``: every connection is read-only, nothing is created, writes raise
             :class:`~statekeeper.errors.ReadOnlyError`), pool sizes, ``retries``).
         serde: the serializer for every payload (default :func:`safe_serde`).
-        compress: zlib-compress payloads of 256 bytes or more when that saves space.
+        compress: zlib-compress payloads of 4 KB or more when that saves space.
         on_corrupt: ``"raise"`` (default) or ``"fallback"``, as for SQLite.
 
     Guarantees: each ``put`` and ``put_writes`` is checked in full before anything is
@@ -106,6 +106,12 @@ class PostgresCheckpointer(Checkpointer):
     safe since each is idempotent (``copy_thread`` is not retried); errors are
     :class:`~statekeeper.errors.StatekeeperError`\\ s.
     """
+
+    # Only payloads of 4 KB and more are compressed (the others by 256 bytes and more):
+    # a chat turn's are smaller, and compressing them in LangGraph's background threads
+    # made a turn 10% slower (docs/postgres.md), to save bytes on a server whose rows of
+    # over 2 KB are compressed by TOAST anyway.
+    compress_min_bytes = 4096
 
     def __init__(
         self,
@@ -119,7 +125,7 @@ class PostgresCheckpointer(Checkpointer):
         self.on_corrupt = check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
         self.compress = compress
         self._recent = RecentPayloads()
-        self._values = ValuePlanner(self._recent, compress)
+        self._values = ValuePlanner(self._recent, compress, self.compress_min_bytes)
         self._db = Database(connection, component="checkpoints", migrations=MIGRATIONS)
         self.read_only = self._db.read_only
         self._reader = Reader(self._db.display, self._recent)
