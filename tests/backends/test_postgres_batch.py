@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import pytest
 
 from statekeeper._storage.worker import Job
@@ -171,3 +172,13 @@ def test_a_read_only_database_refuses_the_writes_of_a_batch_and_serves_its_reads
         jobs = _serve(db, _write(lambda: _insert(1)), Call(_count))
     assert isinstance(jobs[0].error, ReadOnlyError)
     assert (jobs[1].result, jobs[1].error) == (0, None)
+
+
+def test_without_pipeline_mode_each_call_runs_alone(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A libpq older than 14 has no pipeline mode: the calls still land, one by one."""
+    monkeypatch.setattr(psycopg.Pipeline, "is_supported", classmethod(lambda cls: False))
+    jobs = _serve(db, *(_write(lambda n=n: _insert(n)) for n in range(3)))
+    assert [(job.result, job.error) for job in jobs] == [(0, None), (1, None), (2, None)]
+    assert len({xid for _, xid in _rows(db)}) == 3

@@ -169,19 +169,16 @@ def serve(db: Database, batch: list[Job]) -> None:
         return
     retries = None
     try:
-        with db.pooled() as conn:
-            rest = _pipelined(conn, calls)
+        rest = _first_round(db, calls)
     except psycopg_pool.PoolTimeout as exc:
-        for job in calls:
-            job.error = db.error(exc, job.task.write)
+        _fail(db, calls, exc)
         return
     except psycopg.Error as exc:  # the batch's transaction failed: none of it is stored
         logger.info("a batch of calls to %s failed; running each alone: %s", db.display, exc)
         if isinstance(exc, psycopg.OperationalError) and lost(exc):
             retries = db.connection.retries - 1  # this attempt was one
             if retries < 0:
-                for job in calls:
-                    job.error = db.error(exc, job.task.write)
+                _fail(db, calls, exc)
                 return
         rest = [(job, job.task.make) for job in calls]
     for job, make in rest:
@@ -190,6 +187,19 @@ def serve(db: Database, batch: list[Job]) -> None:
             job.result = db.run(make, write=job.task.write, retries=retries)
         except Exception as exc:  # the caller's to raise
             job.error = exc
+
+
+def _first_round(db: Database, calls: list[Job]) -> list[tuple[Job, Callable[[], Op[Any]]]]:
+    """:func:`_pipelined` on a pooled connection; what is left to run alone."""
+    if not psycopg.Pipeline.is_supported():  # a libpq older than 14: one call at a time
+        return [(job, job.task.make) for job in calls]
+    with db.pooled() as conn:
+        return _pipelined(conn, calls)
+
+
+def _fail(db: Database, jobs: list[Job], exc: Exception) -> None:
+    for job in jobs:
+        job.error = db.error(exc, job.task.write)
 
 
 def _pipelined(

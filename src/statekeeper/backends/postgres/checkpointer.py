@@ -107,10 +107,10 @@ class PostgresCheckpointer(Checkpointer):
     :class:`~statekeeper.errors.StatekeeperError`\\ s.
     """
 
-    # Only payloads of 4 KB and more are compressed (the others by 256 bytes and more):
-    # a chat turn's are smaller, and compressing them in LangGraph's background threads
-    # made a turn 10% slower (docs/postgres.md), to save bytes on a server whose rows of
-    # over 2 KB are compressed by TOAST anyway.
+    # Only payloads of 4 KB and more are compressed (on the other backends, 256 bytes and
+    # more): a chat turn's are smaller, and compressing them in LangGraph's background
+    # threads made a turn a tenth slower (docs/postgres.md), to save bytes on a server
+    # that compresses rows of over 2 KB itself (TOAST).
     compress_min_bytes = 4096
 
     def __init__(
