@@ -75,14 +75,13 @@ class TaskWrite(NamedTuple):
 class Checkpointer(BaseCheckpointSaver[str]):
     """Base class of statekeeper's checkpointers (see the module docstring).
 
-    ``compress``: whether payloads of 256 bytes or more are zlib-compressed when that saves
-    space (the checkpoint and the pending writes here; channel values by the backend).
+    ``compress``: whether payloads of ``compress_min_bytes`` (256) or more are compressed
+    (zlib, when that saves space; the checkpoint and writes here, values by the backend).
     ``read_only``: every write (and ``claim_thread``) raises
     :class:`~statekeeper.errors.ReadOnlyError` before anything is touched.
     """
 
     compress: bool = True
-    # payloads smaller than this are stored as they are (a backend may raise it)
     compress_min_bytes: int = COMPRESS_MIN_BYTES
     read_only: bool = False  # set by the backend: opened with ?mode=ro, or not writable
 
@@ -254,9 +253,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
         # SerializationError that serialising the checkpoint holding it would raise.
         stripped: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = stripped.pop("channel_values", None) or {}
-        encoded = Encoded(
-            *encode(self.serde, stripped, compress=self.compress, min_bytes=self.compress_min_bytes)
-        )
+        encoded = Encoded(*self._encode(stripped))
         return PreparedPut(
             thread_id=thread_id,
             checkpoint_ns=ns,
@@ -287,14 +284,17 @@ class Checkpointer(BaseCheckpointSaver[str]):
             raise ConfigurationError("put_writes needs a config with a checkpoint_id")
         task_id = check_id(task_id, "task_id", allow_empty=True)
         task_path = check_id(task_path, "task_path", allow_empty=True)
-        serde, compress, min_bytes = self.serde, self.compress, self.compress_min_bytes
         rows: list[WriteRow] = []
         for idx, (channel, value) in enumerate(writes):
             # the name first: an unhashable channel is an InvalidIdError, not a TypeError
             name = check_id(channel, "channel name", allow_empty=True)
-            type_, codec, data = encode(serde, value, compress=compress, min_bytes=min_bytes)
+            type_, codec, data = self._encode(value)
             rows.append(WriteRow(WRITES_IDX_MAP.get(name, idx), name, type_, codec, data))
         return PreparedWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(rows))
+
+    def _encode(self, value: Any) -> tuple[str, str, bytes]:
+        """``value`` as this checkpointer stores a payload (:func:`~.payload.encode`)."""
+        return encode(self.serde, value, compress=self.compress, min_bytes=self.compress_min_bytes)
 
     def _writable(self, operation: str) -> None:
         """Raise :class:`ReadOnlyError` for ``operation`` when the storage is read-only."""
@@ -317,18 +317,15 @@ class Checkpointer(BaseCheckpointSaver[str]):
         raise NotImplementedError
 
     def _delete_threads(self, thread_ids: Sequence[str]) -> None:
-        """Delete these (checked, distinct, at least one) threads, every namespace of
-        each; each thread at once."""
+        """Delete these checked, distinct threads (one or more), all namespaces, each at once."""
         raise NotImplementedError
 
     def _delete_runs(self, run_ids: Sequence[str]) -> None:
-        """Delete the checkpoints of these (checked, distinct, at least one) run ids, their
-        writes, and the values no remaining checkpoint uses, in every thread."""
+        """Delete these checked run ids' checkpoints, their writes and the values left unused."""
         raise NotImplementedError
 
     def _copy_thread(self, source: str, target: str) -> None:
-        """Copy the (checked) source thread to the target; ThreadExistsError if the target
-        has checkpoints."""
+        """Copy the checked source thread to the target; ThreadExistsError if it has any."""
         raise NotImplementedError
 
     def _keep_latest(self, ids: Sequence[str]) -> None:
@@ -340,8 +337,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
         ``checkpoint_ns`` and ``checkpoint_id`` are all required), in the order
         ``get_tuple`` returns them, each with the ``task_path`` it was written with —
         which ``CheckpointTuple.pending_writes`` leaves out, and which a copy to another
-        backend needs to keep that order. An unknown checkpoint has none: ``[]``.
-        """
+        backend needs to keep that order. An unknown checkpoint has none: ``[]``."""
         raise NotImplementedError
 
     def thread_heads(self, *, limit: int, after: tuple[str, str] | None = None) -> list[Head]:
