@@ -2,8 +2,9 @@
 round trip and one transaction, a failing statement fails only its own caller and stores
 nothing of the batch before the calls run again alone, an operation of several
 statements finishes after the batch, and a lost connection counts as one of ``retries``.
-Real server only (``tests/postgres_servers.py``); ``serve`` is called directly with
-hand-made operations on a table of the test's schema."""
+A continuation that loses its connection runs again from its start. Real server only
+(``tests/postgres_servers.py``); ``serve`` is called directly with hand-made operations
+on a table of the test's schema."""
 
 from __future__ import annotations
 
@@ -182,3 +183,23 @@ def test_without_pipeline_mode_each_call_runs_alone(
     jobs = _serve(db, *(_write(lambda n=n: _insert(n)) for n in range(3)))
     assert [(job.result, job.error) for job in jobs] == [(0, None), (1, None), (2, None)]
     assert len({xid for _, xid in _rows(db)}) == 3
+
+
+def test_a_continuation_whose_connection_is_lost_runs_again_from_its_start(
+    db: Database,
+) -> None:
+    """An operation's first statement commits with the batch; its second kills its own
+    connection once. The retry runs the operation again from its start."""
+    attempts: list[int] = []
+
+    def insert_then_kill_once() -> Op[str]:
+        attempts.append(1)
+        yield Q("INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING", fetch="count")
+        if len(attempts) == 1:
+            yield Q("SELECT pg_terminate_backend(pg_backend_pid())", fetch="one")
+        return "done"
+
+    jobs = _serve(db, _write(insert_then_kill_once), _write(lambda: _insert(2)))
+    assert [(job.result, job.error) for job in jobs] == [("done", None), (2, None)]
+    assert len(attempts) == 2  # the batch's, then the retry from the start
+    assert [n for n, _ in _rows(db)] == [1, 2]

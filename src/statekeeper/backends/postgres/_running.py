@@ -245,12 +245,13 @@ def _pipelined(
 def _then_afresh(op: Op[T], q: Q, make: Callable[[], Op[T]]) -> Callable[[], Op[T]]:
     """For :meth:`Database.run`: ``op`` from the statement ``q`` it has just yielded on
     the first attempt, ``make()`` from the start on a retry."""
-    first = [op]
+    tried = False
 
     def resumed() -> Op[T]:
-        if not first:
+        nonlocal tried
+        if tried:
             return make()
-        first.pop()
+        tried = True
         return _resumed(op, q)
 
     return resumed
