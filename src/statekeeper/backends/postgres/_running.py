@@ -91,6 +91,20 @@ def _fetched(cur: psycopg.Cursor[Any], q: Q) -> Any:
     return cur.fetchall() if q.fetch == "all" else cur.fetchone()
 
 
+async def _afetched(cur: psycopg.AsyncCursor[Any], q: Q) -> Any:
+    """:func:`_fetched` from an asyncio cursor."""
+    if q.fetch == "count":
+        return cur.rowcount
+    if cur.description is None:
+        return [] if q.fetch == "all" else None
+    return await (cur.fetchall() if q.fetch == "all" else cur.fetchone())
+
+
+def _left_open(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a failed operation left a transaction open on ``conn`` (to roll back)."""
+    return not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+
+
 def drive(conn: psycopg.Connection[Any], op: Op[T]) -> T:
     """Run ``op`` on ``conn``; roll back a transaction it left open by failing."""
     reply: Any = None
@@ -109,7 +123,7 @@ def drive(conn: psycopg.Connection[Any], op: Op[T]) -> T:
                     reply = _fetched(cur, q)
     except BaseException:
         op.close()
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        if _left_open(conn):
             with contextlib.suppress(psycopg.Error):
                 conn.execute("ROLLBACK")
         raise
@@ -130,15 +144,10 @@ async def adrive(conn: psycopg.AsyncConnection[Any], op: Op[T]) -> T:
                     reply = cur.rowcount
                 else:
                     await cur.execute(q.sql, q.params, prepare=q.prepare or None)  # type: ignore[arg-type]
-                    if q.fetch == "count":
-                        reply = cur.rowcount
-                    elif cur.description is None:
-                        reply = [] if q.fetch == "all" else None
-                    else:
-                        reply = await (cur.fetchall() if q.fetch == "all" else cur.fetchone())
+                    reply = await _afetched(cur, q)
     except BaseException:
         op.close()
-        if not conn.closed and conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        if _left_open(conn):
             with contextlib.suppress(psycopg.Error):
                 await conn.execute("ROLLBACK")
         raise
