@@ -509,6 +509,11 @@ ASYNC_BACKENDS = [
     ),
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),
+    AsyncBackend(
+        "file-nosync",
+        "statekeeper FileCheckpointer (fsync=false)",
+        _sync_to_async(open_ours_file_unsynced),
+    ),
     AsyncBackend("redis", "statekeeper RedisCheckpointer", _sync_to_async(open_ours_redis)),
     AsyncBackend("pg", "statekeeper PostgresCheckpointer", _sync_to_async(open_ours_postgres)),
     AsyncBackend(

@@ -19,7 +19,8 @@ warmed up on a throwaway instance first. Run when asked for (``--savers
 ...,yield,hop,pg-floor``): ``InMemorySaver`` that yields to the loop once per call, one
 that runs each call in a worker thread — what scheduling alone does to the fleet, with
 no storage work — one that sends one PostgreSQL statement per call on psycopg's asyncio
-pool (``SELECT 1``, or a one-row ``INSERT`` for a write: the PostgreSQL floor), and
+pool (``SELECT 1``, or a one-row ``INSERT`` for a write: the PostgreSQL floor),
+``file-nosync``, the file checkpointer with ``fsync=false`` (what its flushes cost), and
 ``redis-asyncio``, the Redis checkpointer on redis-py's asyncio client. Ratios
 are taken against LangGraph's rows. This is a benchmark, not a test: nothing is asserted
 about the numbers.
@@ -59,7 +60,8 @@ from _report import (
 from _savers import ASYNC_BACKENDS, AsyncBackend, postgres_unreachable
 
 WARMUP = (3, 3)  # conversations, turns
-ON_REQUEST = ("yield", "hop", "pg-floor", "redis-asyncio")  # rows run only when asked for
+# rows run only when asked for
+ON_REQUEST = ("yield", "hop", "pg-floor", "file-nosync", "redis-asyncio")
 COLUMNS = {
     "turns_per_s": "turns/s",
     "p50_ms": "p50 turn ms",

@@ -224,7 +224,7 @@ def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
     out = _run(
         "fleet.py",
         *("--conversations", "2", "--turns", "1"),
-        *("--savers", "memory,yield,hop,pg-floor", "--json"),
+        *("--savers", "memory,yield,hop,pg-floor,file-nosync", "--json"),
         cwd=tmp_path,
         env=_networked_env(),
     )
@@ -234,6 +234,7 @@ def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
         "floor: InMemorySaver + 1 await sleep(0) per call",
         "floor: InMemorySaver, each call in a worker thread",
         "floor: InMemorySaver + 1 PostgreSQL statement per call (a commit per write)",
+        "statekeeper FileCheckpointer (fsync=false)",
     ]
     for row in rows:
         assert row["error"] is None, row
