@@ -19,6 +19,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from langgraph.graph import END, START, StateGraph
 
+from statekeeper._storage.payload import ZLIB_DICT
 from statekeeper.backends.postgres import CHECK_AFTER_IDLE, Freshness
 from statekeeper.backends.postgres._database import lock_key
 from statekeeper.backends.postgres._running import Q
@@ -201,7 +202,7 @@ def test_only_values_of_4_kb_and_more_are_compressed(url: str) -> None:
                 f"SELECT channel, codec FROM {_schema(url)}.blobs ORDER BY channel"
             ).fetchall()
         )
-    assert codecs == {"large": "zlib", "small": ""}
+    assert codecs == {"large": ZLIB_DICT, "small": ""}
 
 
 # -- schema and migrations ------------------------------------------------------------------

@@ -29,7 +29,7 @@ from langgraph.graph import START, StateGraph
 from pydantic import BaseModel
 
 from statekeeper._storage.deltas import StoredValue
-from statekeeper._storage.payload import encode, safe_serde
+from statekeeper._storage.payload import ZLIB_DICT, encode, safe_serde
 from statekeeper.backends.sqlite._database import Database
 from statekeeper.backends.sqlite._integrity import value_crc
 from statekeeper.backends.sqlite.checkpointer import MIGRATIONS, SqliteCheckpointer
@@ -363,7 +363,7 @@ def test_large_values_are_compressed_and_read_back_exactly(tmp_path: Path) -> No
         stored = _put(saver, "t", {"doc": text})
         [(codec, size)] = _query(saver.path, "SELECT codec, LENGTH(blob) FROM blobs")
         loaded = saver.get_tuple(stored)
-    assert codec == "zlib"
+    assert codec == ZLIB_DICT
     assert size < len(text) / 3
     assert loaded is not None
     assert loaded.checkpoint["channel_values"]["doc"] == text

@@ -66,3 +66,37 @@ def test_a_list_changed_in_the_middle_after_a_read_is_stored_whole(saver: Any) -
     second = put(saver, "t", parent=first, values={"messages": messages})
     assert values_at(saver, second)["messages"] == messages
     assert values_at(saver, first)["messages"] == history
+
+
+def test_values_compressed_without_the_dictionary_read_back_and_grow(
+    saver: Any, url: str, backend: Backend, monkeypatch: Any
+) -> None:
+    """Storage written before the preset dictionary (codec ``zlib``, deltas
+    ``append+zlib``) reads as it was, and new versions append to it."""
+    import zlib
+
+    from statekeeper._storage import deltas, payload
+
+    def plain_zlib(data: bytes, *, compress: bool, min_bytes: int = 256) -> tuple[str, bytes]:
+        if compress and len(data) >= min_bytes and len(packed := zlib.compress(data)) < len(data):
+            return "zlib", packed
+        return "", data
+
+    text = "a sentence that repeats itself, as chat histories do. " * 20
+    history = [HumanMessage(f"{text} {i}", id=f"h{i}") for i in range(20)]
+    with monkeypatch.context() as old_release:
+        old_release.setattr(payload, "pack", plain_zlib)
+        old_release.setattr(deltas, "pack", plain_zlib)
+        configs = [put(saver, "t", values={"messages": history[:10]})]
+        configs.append(put(saver, "t", parent=configs[-1], values={"messages": history[:15]}))
+    configs.append(put(saver, "t", parent=configs[-1], values={"messages": history}))
+    savers = [saver]
+    if backend.persistent:
+        savers.append(open_checkpointer(url))
+    try:
+        for reader in savers:
+            for count, config in zip((10, 15, 20), configs, strict=True):
+                assert values_at(reader, config)["messages"] == history[:count]
+    finally:
+        for other in savers[1:]:
+            other.close()

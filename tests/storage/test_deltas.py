@@ -19,7 +19,7 @@ from statekeeper._storage.deltas import (
     rebuild,
     rebuild_all,
 )
-from statekeeper._storage.payload import safe_serde
+from statekeeper._storage.payload import ZLIB_DICT, safe_serde
 from statekeeper._storage.remembered import MAX_CHAIN, RecentPayloads, Remembered
 from statekeeper.errors import SerializationError
 
@@ -168,7 +168,7 @@ def test_a_long_run_of_appends_keeps_every_chain_within_max_chain() -> None:
 def test_values_that_are_not_lists_are_stored_whole_and_compressed() -> None:
     recent = RecentPayloads()
     plan = ValuePlanner(recent, compress=True).plan(SERDE, "k", "doc", "v1", "text " * 1000)
-    assert plan.stored.codec == "zlib"
+    assert plan.stored.codec == ZLIB_DICT
     assert plan.remember is None
     assert SERDE.loads_typed(("msgpack", rebuild([plan.stored]))) == "text " * 1000
 

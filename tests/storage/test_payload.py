@@ -332,25 +332,84 @@ def test_every_backend_refuses_to_store_an_unknown_extension_and_stores_nothing(
 
 @given(st.binary(min_size=0, max_size=70_000), st.booleans())
 def test_payloads_round_trip_compressed_or_not(data: bytes, repetitive: bool) -> None:
+    from statekeeper._storage.payload import ZLIB_DICT, unpack
     from statekeeper._storage.payload import pack as pack_payload
-    from statekeeper._storage.payload import unpack
 
     if repetitive:
         data = (data[:50] or b"x") * 300
     for compress in (True, False):
         codec, stored = pack_payload(data, compress=compress)
-        assert codec in (("zlib", "") if compress else ("",))
+        assert codec in ((ZLIB_DICT, "") if compress else ("",))
         assert unpack(codec, stored) == data
         assert len(stored) <= len(data)
 
 
 def test_only_payloads_of_min_bytes_and_more_are_compressed() -> None:
-    from statekeeper._storage.payload import COMPRESS_MIN_BYTES
+    from statekeeper._storage.payload import COMPRESS_MIN_BYTES, ZLIB_DICT
     from statekeeper._storage.payload import pack as pack_payload
 
     small, large = b"ab" * (COMPRESS_MIN_BYTES // 2), b"ab" * 2048
     assert pack_payload(small[:-1], compress=True)[0] == ""
-    assert pack_payload(small, compress=True)[0] == "zlib"
+    assert pack_payload(small, compress=True)[0] == ZLIB_DICT
     assert pack_payload(small, compress=True, min_bytes=4096)[0] == ""
-    assert pack_payload(large, compress=True, min_bytes=4096)[0] == "zlib"
+    assert pack_payload(large, compress=True, min_bytes=4096)[0] == ZLIB_DICT
     assert pack_payload(large, compress=False, min_bytes=4096)[0] == ""
+
+
+def test_the_preset_dictionary_is_frozen() -> None:
+    """Every payload stored with ``zlib+d1`` needs these exact bytes to be read again: a
+    change to the dictionary must come with a new codec name, never in place."""
+    import hashlib
+
+    from statekeeper._storage import payload
+
+    assert hashlib.sha256(payload._DICTIONARY_1).hexdigest() == (
+        "0136d38827c5becb195a891b755482eb48ea66b4dc341a37c77cb5b48086695c"
+    )
+
+
+def test_payloads_compressed_without_the_dictionary_still_read() -> None:
+    """What earlier releases stored (codec ``zlib``) reads back as it was written."""
+    import zlib
+
+    from statekeeper._storage.payload import unpack
+
+    data = b"content additional_kwargs response_metadata " * 40
+    assert unpack("zlib", zlib.compress(data)) == data
+
+
+def test_the_dictionary_makes_chat_messages_smaller() -> None:
+    import zlib
+
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from statekeeper._storage.payload import ZLIB_DICT
+    from statekeeper._storage.payload import pack as pack_payload
+
+    text = " ".join(f"token{i % 53} of reply {i}" for i in range(60))
+    _, data = JsonPlusSerializer().dumps_typed([AIMessage(text, id="run-1")])
+    codec, stored = pack_payload(data, compress=True)
+    assert codec == ZLIB_DICT
+    assert len(stored) < len(zlib.compress(data, 3))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b[:-4],  # cut short
+        lambda b: b + b"\x00",  # bytes after the end of the stream
+        lambda b: b[:10] + bytes([b[10] ^ 0xFF]) + b[11:],  # a flipped byte
+    ],
+    ids=["truncated", "padded", "flipped"],
+)
+def test_damaged_dictionary_payloads_raise_serialization_error(damage: Any) -> None:
+    from statekeeper._storage.payload import ZLIB_DICT, unpack
+    from statekeeper._storage.payload import pack as pack_payload
+
+    data = b"content additional_kwargs response_metadata " * 40
+    codec, stored = pack_payload(data, compress=True)
+    assert codec == ZLIB_DICT
+    with pytest.raises(SerializationError, match="corrupt"):
+        unpack(codec, damage(stored))
+    with pytest.raises(SerializationError, match="corrupt"):  # read without the dictionary
+        unpack("zlib", stored)
