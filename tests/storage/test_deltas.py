@@ -294,6 +294,13 @@ def test_crc_of_a_concatenation_is_combined_from_its_parts(a: bytes, b: bytes) -
     assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
 
 
+@pytest.mark.parametrize("length", [1, 255, 256, 65_537, (1 << 21) - 1, 3_000_001])
+def test_crc_combination_holds_for_lengths_of_many_bits(length: int) -> None:
+    """Every operator a length's bits pick (their tables built on first use) is right."""
+    a, b = b"head of the list", bytes(range(256)) * (length // 256) + b"x" * (length % 256)
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
 def test_messages_without_an_id_are_compared_by_their_bytes() -> None:
     # add_messages gives a message of its left side that has no id one, in place
     anonymous = HumanMessage("no id yet")
