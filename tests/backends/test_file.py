@@ -1251,3 +1251,22 @@ def test_claims_live_beside_the_threads_and_verify_ignores_them(saver: Any, root
         ]
     assert list((root / "claims").iterdir()) == []
     assert sorted(p.name for p in (root / "threads").iterdir()) == ["claims", "t"]
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+        max_leaves=8,
+    )
+)
+def test_lines_hold_canonical_json_whatever_the_value(value: Any) -> None:
+    """Ids, ``None`` and integers are formatted without ``json.dumps``; every line must
+    still hold the canonical JSON the format documents, the very text ``json.dumps``
+    makes."""
+    from statekeeper.backends.file._log.lines import dumps
+
+    canonical = json.dumps(
+        value, ensure_ascii=True, sort_keys=True, allow_nan=False, separators=(",", ":")
+    )
+    assert dumps(value) == canonical

@@ -91,6 +91,16 @@ class DamagedIndex(Exception):
 
 
 def dumps(value: Any) -> str:
+    """Canonical JSON: ASCII, keys sorted, no spaces. Plain ids, ``None`` and integers,
+    most of what a line holds, are formatted directly (the same text json makes)."""
+    kind = type(value)
+    if kind is str:
+        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
+            return f'"{value}"'
+    elif value is None:
+        return "null"
+    elif kind is int:
+        return str(value)
     return json.dumps(
         value, ensure_ascii=True, sort_keys=True, allow_nan=False, separators=(",", ":")
     )
