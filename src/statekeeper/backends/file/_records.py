@@ -71,6 +71,7 @@ __all__ = ["CLAIMS_DIR", "Store", "thread_locks", "trash_lock", "trash_name"]
 
 # Beside threads/, never inside it: no thread, namespace or lock name can be this folder.
 CLAIMS_DIR = "claims"
+_NAMESPACES = 4096  # namespaces whose paths are kept (a function of the ids: never stale)
 log = logging.getLogger("statekeeper.backends.file.checkpointer")
 
 
@@ -91,6 +92,7 @@ class Store:
         self.lenient = lenient
         self.durable = durable
         self.threads = root / "threads"
+        self._namespaces: dict[tuple[str, str], Namespace] = {}
         self.quarantine = root / "quarantine"
         self.trash = root / "trash"
         self.locks = KeyLocks(root / "locks", lock_timeout)  # fails first where no flock
@@ -133,8 +135,16 @@ class Store:
         return self.threads / file_name(thread_id)
 
     def namespace(self, thread_id: str, ns: str) -> Namespace:
-        folder = self.thread_dir(thread_id) / file_name(ns)
-        return Namespace(thread_id, ns, folder, self.durable, self.heads)
+        """The (thread, namespace), the same object for the same ids while it is kept, so
+        that its paths are built once rather than at every call."""
+        found = self._namespaces.get((thread_id, ns))
+        if found is None:
+            if len(self._namespaces) >= _NAMESPACES:
+                self._namespaces.clear()
+            folder = self.thread_dir(thread_id) / file_name(ns)
+            found = Namespace(thread_id, ns, folder, self.durable, self.heads)
+            self._namespaces[thread_id, ns] = found
+        return found
 
     def thread_ids(self) -> list[str]:
         """Every thread that has a namespace folder with a ``checkpoints`` file."""
