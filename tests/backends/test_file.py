@@ -1255,7 +1255,11 @@ def test_claims_live_beside_the_threads_and_verify_ignores_them(saver: Any, root
 
 @given(
     st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False),
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.text()
+        | st.floats(allow_nan=False, allow_infinity=False),
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
         max_leaves=8,
     )
