@@ -1,7 +1,8 @@
 """The savers the benchmarks compare, each opened fresh and closed after: LangGraph's own
 (``InMemorySaver``, ``SqliteSaver``, ``PostgresSaver`` and their async twins) and
-statekeeper's (SQLite, file, Redis, PostgreSQL), plus the loopback floor (and, for
-the async fleet, two floors of scheduling: a yield and a thread hop per call).
+statekeeper's (SQLite, file, Redis, PostgreSQL), plus floors: the loopback floor, the
+SQLite and file floors (``_floors.py``: what a durable write costs) and, for the async
+fleet, two floors of scheduling (a yield and a thread hop per call).
 ``BACKENDS`` are the sync rows, ``ASYNC_BACKENDS`` the rows an ``ainvoke`` fleet runs on.
 
 Redis is ``$REDIS_URL`` (default the local server; each row works under a fresh key
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from _floors import FileFloor, FlushedLog, ServedFloor, redis_round_trips, sqlite_commit
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -330,7 +332,17 @@ def open_commit_floor(path: Path) -> Iterator[Store]:
         saver.close()
 
 
-FLOORS = ("floor", "commit")  # rows that measure a floor, not a saver of their own
+@contextmanager
+def open_file_floor(path: Path) -> Iterator[Store]:
+    """See :class:`~_floors.FileFloor`; its bytes are left out."""
+    saver = FileFloor(path)
+    try:
+        yield Store(saver, lambda: None)
+    finally:
+        saver.log.close()
+
+
+FLOORS = ("floor", "commit", "file-floor")  # rows that measure a floor, not a saver
 
 
 @dataclass(frozen=True)
@@ -351,6 +363,7 @@ BACKENDS = [
     Backend("ours", "statekeeper SqliteCheckpointer", open_ours),
     Backend("file", "statekeeper FileCheckpointer", open_ours_file),
     Backend("file-nosync", "statekeeper FileCheckpointer (fsync=false)", open_ours_file_unsynced),
+    Backend("file-floor", "file floor (InMemorySaver + 1 flushed line per write)", open_file_floor),
     Backend("redis", "statekeeper RedisCheckpointer", open_ours_redis),
     Backend("pg", "statekeeper PostgresCheckpointer", open_ours_postgres),
 ]
@@ -461,6 +474,44 @@ async def aopen_postgres_floor(_path: Path) -> AsyncIterator[BaseCheckpointSaver
             yield PostgresFloor(pool)
 
 
+@asynccontextmanager
+async def aopen_commit_floor(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """:class:`~_floors.ServedFloor` committing each batch's writes in one SQLite
+    transaction (:func:`~_floors.sqlite_commit`)."""
+    commit, close = sqlite_commit(path)
+    saver = ServedFloor(commit)
+    try:
+        yield saver
+    finally:
+        saver.close()
+        close()
+
+
+@asynccontextmanager
+async def aopen_file_floor(path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """:class:`~_floors.ServedFloor` flushing one line per write (:class:`~_floors.FlushedLog`)."""
+    log = FlushedLog(path)
+    saver = ServedFloor(log.append_each)
+    try:
+        yield saver
+    finally:
+        saver.close()
+        log.close()
+
+
+@asynccontextmanager
+async def aopen_redis_floor(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
+    """:class:`~_floors.ServedFloor` making one ``PING`` round trip per call
+    (:func:`~_floors.redis_round_trips`) to $REDIS_URL."""
+    round_trips, close = redis_round_trips(redis_url())
+    saver = ServedFloor(round_trips)
+    try:
+        yield saver
+    finally:
+        saver.close()
+        close()
+
+
 def _plain(cls: type[InMemorySaver]) -> Callable[[Path], Any]:
     @asynccontextmanager
     async def aopen(_path: Path) -> AsyncIterator[BaseCheckpointSaver[Any]]:
@@ -506,6 +557,21 @@ ASYNC_BACKENDS = [
         "pg-floor",
         "floor: InMemorySaver + 1 PostgreSQL statement per call (a commit per write)",
         aopen_postgres_floor,
+    ),
+    AsyncBackend(
+        "commit",
+        "floor: InMemorySaver served in batches + 1 SQLite commit per batch",
+        aopen_commit_floor,
+    ),
+    AsyncBackend(
+        "file-floor",
+        "floor: InMemorySaver served in batches + 1 flushed line per write",
+        aopen_file_floor,
+    ),
+    AsyncBackend(
+        "redis-floor",
+        "floor: InMemorySaver served in batches + 1 PING per call",
+        aopen_redis_floor,
     ),
     AsyncBackend("ours", "statekeeper SqliteCheckpointer", _sync_to_async(open_ours)),
     AsyncBackend("file", "statekeeper FileCheckpointer", _sync_to_async(open_ours_file)),

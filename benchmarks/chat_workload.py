@@ -31,9 +31,11 @@ that makes one bare ``PING`` round trip to Redis per ``get_tuple``, ``put`` and
 floor (``commit``) does the same for the embedded savers: an ``InMemorySaver`` that also
 commits one small SQLite transaction (WAL, ``synchronous=NORMAL``, as statekeeper's
 SQLite) per ``put`` and ``put_writes``: what durability costs before any storage logic.
-Ratios of
-every other row to each LangGraph saver are printed under the table (< 1 means faster or
-smaller). This is a benchmark, not a test: nothing is asserted about the numbers.
+The file floor (``file-floor``) is the same for the file checkpointer: an
+``InMemorySaver`` that appends one line to a log and flushes it (``fdatasync``) per
+``put`` and ``put_writes`` (``_floors.py``). Ratios of every other row to each LangGraph
+saver are printed under the table (< 1 means faster or smaller). This is a benchmark,
+not a test: nothing is asserted about the numbers.
 
 Run it with ``make bench`` or::
 

@@ -19,9 +19,13 @@ warmed up on a throwaway instance first. Run when asked for (``--savers
 ...,yield,hop,pg-floor``): ``InMemorySaver`` that yields to the loop once per call, one
 that runs each call in a worker thread — what scheduling alone does to the fleet, with
 no storage work — one that sends one PostgreSQL statement per call on psycopg's asyncio
-pool (``SELECT 1``, or a one-row ``INSERT`` for a write: the PostgreSQL floor),
-``file-nosync``, the file checkpointer with ``fsync=false`` (what its flushes cost), and
-``redis-asyncio``, the Redis checkpointer on redis-py's asyncio client. Ratios
+pool (``SELECT 1``, or a one-row ``INSERT`` for a write: the PostgreSQL floor); the
+floors of statekeeper's own way of serving a fleet (``_floors.py``): ``InMemorySaver``
+served as ours are, in batches on one thread, plus one SQLite commit per batch
+(``commit``), one flushed line per write (``file-floor``) or one Redis ``PING`` per call
+(``redis-floor``); ``file-nosync``, the file checkpointer with ``fsync=false`` (what its
+flushes cost), and ``redis-asyncio``, the Redis checkpointer on redis-py's asyncio
+client. Ratios
 are taken against LangGraph's rows. This is a benchmark, not a test: nothing is asserted
 about the numbers.
 
@@ -29,6 +33,7 @@ about the numbers.
     .venv/bin/python benchmarks/fleet.py --conversations 200 --turns 5 --savers memory,ours
     .venv/bin/python benchmarks/fleet.py --savers memory,yield,hop,ours,file,redis
     .venv/bin/python benchmarks/fleet.py --savers memory,postgres,pg-floor,pg
+    .venv/bin/python benchmarks/fleet.py --savers memory,commit,ours,file-floor,file,redis-floor
     .venv/bin/python benchmarks/fleet.py --json
 """
 
@@ -61,7 +66,10 @@ from _savers import ASYNC_BACKENDS, AsyncBackend, postgres_unreachable
 
 WARMUP = (3, 3)  # conversations, turns
 # rows run only when asked for
-ON_REQUEST = ("yield", "hop", "pg-floor", "file-nosync", "redis-asyncio")
+ON_REQUEST = (
+    *("yield", "hop", "pg-floor", "commit", "file-floor", "redis-floor"),
+    *("file-nosync", "redis-asyncio"),
+)
 COLUMNS = {
     "turns_per_s": "turns/s",
     "p50_ms": "p50 turn ms",

@@ -37,7 +37,7 @@ def test_chat_workload_runs_every_local_saver(tmp_path: Path) -> None:
     out = _run(
         "chat_workload.py",
         *("--threads", "1", "--turns", "3"),
-        *("--savers", "memory,sqlite,commit,ours,file,file-nosync", "--json"),
+        *("--savers", "memory,sqlite,commit,ours,file,file-nosync,file-floor", "--json"),
         cwd=tmp_path,
     )
     results = json.loads(out)["results"]
@@ -48,9 +48,11 @@ def test_chat_workload_runs_every_local_saver(tmp_path: Path) -> None:
         "statekeeper SqliteCheckpointer",
         "statekeeper FileCheckpointer",
         "statekeeper FileCheckpointer (fsync=false)",
+        "file floor (InMemorySaver + 1 flushed line per write)",
     ]
     assert all(r["error"] is None for r in results)
-    assert [r["bytes"] is None for r in results] == [False, False, True, False, False, False]
+    stored = [r["bytes"] is not None for r in results]
+    assert stored == [True, True, False, True, True, True, False]
     assert all(r["checkpoints_per_thread"] == 9 for r in results)
 
 
@@ -108,6 +110,34 @@ def test_redis_floor_runs_every_row(tmp_path: Path) -> None:
     assert rows[1:4] == ["InMemorySaver", "floor", "floor + 10 us CPU"]
     assert rows[4].startswith("floor + 10 us script (measured ")  # its µs vary
     assert rows[5:] == ["RedisCheckpointer"]
+
+
+def test_redis_bytes_breaks_the_keys_down_and_leaves_none(tmp_path: Path) -> None:
+    import redis
+
+    from tests.redis_servers import REDIS
+
+    url = REDIS.standalone()
+    out = _run(
+        "redis_bytes.py",
+        *("--threads", "1", "--turns", "3", "--json"),
+        cwd=tmp_path,
+        env={**os.environ, "REDIS_URL": url},
+    )
+    payload = json.loads(out)
+    sizes = {row["saver"]: row["bytes"] for row in payload["results"]}
+    measured = sizes["statekeeper RedisCheckpointer"]
+    unpadded = sizes["Redis, versions unpadded (estimate)"]
+    merged = sizes["Redis, versions unpadded + one refs entry per value (estimate)"]
+    assert 0 < merged <= unpadded < measured < sizes["LangGraph SqliteSaver"]
+    kinds = {row["saver"]: row for row in payload["keys"]}
+    assert {"blobs", "cp", "refs", "writes"} <= set(kinds)
+    assert sum(row["bytes"] for row in kinds.values()) == measured
+    client = redis.Redis.from_url(url)
+    try:
+        assert not list(client.scan_iter(match="bench-bytes-*"))
+    finally:
+        client.close()
 
 
 def test_global_scan_runs_every_saver(tmp_path: Path) -> None:
@@ -224,7 +254,8 @@ def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
     out = _run(
         "fleet.py",
         *("--conversations", "2", "--turns", "1"),
-        *("--savers", "memory,yield,hop,pg-floor,file-nosync", "--json"),
+        *("--savers", "memory,yield,hop,pg-floor,commit,file-floor,redis-floor,file-nosync"),
+        "--json",
         cwd=tmp_path,
         env=_networked_env(),
     )
@@ -234,6 +265,9 @@ def test_fleet_runs_its_floors_only_when_asked(tmp_path: Path) -> None:
         "floor: InMemorySaver + 1 await sleep(0) per call",
         "floor: InMemorySaver, each call in a worker thread",
         "floor: InMemorySaver + 1 PostgreSQL statement per call (a commit per write)",
+        "floor: InMemorySaver served in batches + 1 SQLite commit per batch",
+        "floor: InMemorySaver served in batches + 1 flushed line per write",
+        "floor: InMemorySaver served in batches + 1 PING per call",
         "statekeeper FileCheckpointer (fsync=false)",
     ]
     for row in rows:
@@ -335,3 +369,43 @@ def test_memory_writes_runs_every_store_with_and_without_embeddings(tmp_path: Pa
         "statekeeper redis, embed=static / LangGraph InMemoryStore, embed=static"
         in (payload["ratios"])
     )
+
+
+def test_floors_make_every_write_durable_before_answering(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file and served floors measure what they say: each write's id is flushed (or
+    committed with its batch) before the call returns, and a failed flush fails the call."""
+    import asyncio
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from _chat import build_graph, thread_config, turn_input
+    from _floors import FileFloor, ServedFloor
+
+    file_floor = FileFloor(tmp_path / "floor.log")
+    build_graph(file_floor).invoke(turn_input(0, 1), thread_config(0))
+    file_floor.log.close()
+    flushed = (tmp_path / "floor.log").read_text().split()
+    checkpoints = [t.checkpoint["id"] for t in file_floor.list(None)]
+    assert set(checkpoints) <= set(flushed)
+    assert len(flushed) > len(checkpoints)  # the tasks' writes too
+
+    batches: list[list[str | None]] = []
+    served = ServedFloor(lambda ids: batches.append(list(ids)))
+
+    async def fleet() -> None:
+        graph = build_graph(served)
+        await asyncio.gather(*(graph.ainvoke(turn_input(i, 1), thread_config(i)) for i in range(3)))
+
+    asyncio.run(fleet())
+    served.close()
+    committed = [what for batch in batches for what in batch]
+    assert {t.checkpoint["id"] for t in served.list(None)} <= set(committed)
+
+    def fail(ids: object) -> None:
+        raise OSError("disk full")
+
+    failing = ServedFloor(fail)
+    with pytest.raises(OSError, match="disk full"):
+        asyncio.run(build_graph(failing).ainvoke(turn_input(0, 1), thread_config(0)))
+    failing.close()
