@@ -3,7 +3,7 @@
 This class owns the write path. ``put``, ``put_writes``, ``delete_thread``,
 ``delete_for_runs``, ``copy_thread`` and ``prune`` (and their async twins) are written
 once, here: they check every id, the metadata and the channel versions, serialise the
-checkpoint and the pending writes, and hand a prepared record
+checkpoint and the pending writes (:mod:`.prepare`), and hand a prepared record
 (:mod:`statekeeper.checkpointers.records`) or checked ids to one small backend method that
 only stores: ``_commit_put``, ``_commit_writes``, ``_delete_threads``, ``_delete_runs``,
 ``_copy_thread``, ``_keep_latest``. So every backend refuses the same input with the same
@@ -27,7 +27,6 @@ from typing import Any, NamedTuple, Self
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -37,26 +36,17 @@ from langgraph.checkpoint.base import (
 )
 
 from statekeeper._storage.claims import ahold, check_wait, hold
-from statekeeper._storage.payload import COMPRESS_MIN_BYTES, check_id, encode
+from statekeeper._storage.payload import COMPRESS_MIN_BYTES, check_id
 from statekeeper.checkpointers.heads import Head, check_page, newest_heads, scan_heads
-from statekeeper.checkpointers.records import (
-    Encoded,
-    NewVersion,
-    PreparedPut,
-    PreparedWrites,
-    WriteRow,
-)
+from statekeeper.checkpointers.prepare import Packing, prepare_put, prepare_writes
+from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
 from statekeeper.checkpointers.semantics import (
     check_copy_ids,
     check_prune_ids,
     check_run_ids,
-    dump_metadata,
-    location,
-    merged_metadata,
     next_version,
-    stored_version,
 )
-from statekeeper.errors import ConfigurationError, Damage, ReadOnlyError
+from statekeeper.errors import Damage, ReadOnlyError
 
 __all__ = ["Checkpointer", "TaskWrite"]
 
@@ -224,50 +214,15 @@ class Checkpointer(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
+        *,
+        defer: bool = False,
     ) -> PreparedPut:
-        """Check a ``put`` and prepare what to store (see :meth:`put` for the errors).
-        Writes nothing; the channel values are left to the backend to serialise."""
+        """Check a ``put`` and prepare what to store (see :meth:`put` for the errors, and
+        :func:`.prepare.prepare_put`); with ``defer``, its compression is left to
+        ``packed()``. Writes nothing."""
         self._writable("put")
-        thread_id, ns, parent_id = location(config)
-        checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
-        stored_metadata = merged_metadata(config, metadata)
-        metadata_json = dump_metadata(stored_metadata)
-        run_id = stored_metadata.get("run_id")
-        # Only a non-empty text run_id names a run: what delete_for_runs can be asked for.
-        run_id = check_id(run_id, "run_id") if isinstance(run_id, str) and run_id else None
-        channel_versions: dict[str, Any] = {}
-        version_keys: dict[str, str] = {}
-        for channel, version in checkpoint["channel_versions"].items():
-            name = check_id(channel, "channel name", allow_empty=True)
-            channel_versions[name] = version
-            version_keys[name] = stored_version(version)
-        new = tuple(
-            NewVersion(
-                check_id(channel, "channel name", allow_empty=True),
-                version,
-                stored_version(version),
-            )
-            for channel, version in new_versions.items()
-        )
-        # The names were checked first, so a bad one is an InvalidIdError, not the
-        # SerializationError that serialising the checkpoint holding it would raise.
-        stripped: dict[str, Any] = dict(checkpoint)
-        values: dict[str, Any] = stripped.pop("channel_values", None) or {}
-        encoded = Encoded(*self._encode(stripped))
-        return PreparedPut(
-            thread_id=thread_id,
-            checkpoint_ns=ns,
-            checkpoint_id=checkpoint_id,
-            parent_id=parent_id,
-            run_id=run_id,
-            metadata=stored_metadata,
-            metadata_json=metadata_json,
-            checkpoint=encoded,
-            channel_versions=channel_versions,
-            version_keys=version_keys,
-            new_versions=new,
-            values=values,
-        )
+        packing = self._packing(defer)
+        return prepare_put(self.serde, packing, config, checkpoint, metadata, new_versions)
 
     def _prepare_writes(
         self,
@@ -275,26 +230,18 @@ class Checkpointer(BaseCheckpointSaver[str]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        *,
+        defer: bool = False,
     ) -> PreparedWrites:
         """Check a ``put_writes`` and serialise its writes (see :meth:`put_writes` for the
-        errors). Writes nothing."""
+        errors, and :func:`.prepare.prepare_writes`); with ``defer``, their compression
+        is left to ``packed()``. Writes nothing."""
         self._writable("put_writes")
-        thread_id, ns, checkpoint_id = location(config)
-        if checkpoint_id is None:
-            raise ConfigurationError("put_writes needs a config with a checkpoint_id")
-        task_id = check_id(task_id, "task_id", allow_empty=True)
-        task_path = check_id(task_path, "task_path", allow_empty=True)
-        rows: list[WriteRow] = []
-        for idx, (channel, value) in enumerate(writes):
-            # the name first: an unhashable channel is an InvalidIdError, not a TypeError
-            name = check_id(channel, "channel name", allow_empty=True)
-            type_, codec, data = self._encode(value)
-            rows.append(WriteRow(WRITES_IDX_MAP.get(name, idx), name, type_, codec, data))
-        return PreparedWrites(thread_id, ns, checkpoint_id, task_id, task_path, tuple(rows))
+        packing = self._packing(defer)
+        return prepare_writes(self.serde, packing, config, writes, task_id, task_path)
 
-    def _encode(self, value: Any) -> tuple[str, str, bytes]:
-        """``value`` as this checkpointer stores a payload (:func:`~.payload.encode`)."""
-        return encode(self.serde, value, compress=self.compress, min_bytes=self.compress_min_bytes)
+    def _packing(self, defer: bool) -> Packing:
+        return Packing(self.compress, self.compress_min_bytes, defer)
 
     def _writable(self, operation: str) -> None:
         """Raise :class:`ReadOnlyError` for ``operation`` when the storage is read-only."""
@@ -308,12 +255,15 @@ class Checkpointer(BaseCheckpointSaver[str]):
 
     def _commit_put(self, prepared: PreparedPut) -> None:
         """Store a prepared checkpoint and the values of its ``new_versions``, atomically:
-        a failure leaves what was stored before. Replaces a checkpoint of the same id."""
+        a failure leaves what was stored before. Replaces a checkpoint of the same id.
+        Stores ``prepared.packed()`` (``aput`` defers compression; see :mod:`.records`),
+        as do ``_commit_writes`` and the async twins, on the thread that stores."""
         raise NotImplementedError
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
-        """Store prepared pending writes atomically, keeping regular writes already stored
-        for the same (task, idx) and replacing special ones (``WriteRow.replaces``)."""
+        """Store prepared pending writes (``prepared.packed()``) atomically, keeping
+        regular writes already stored for the same (task, idx) and replacing special
+        ones (``WriteRow.replaces``)."""
         raise NotImplementedError
 
     def _delete_threads(self, thread_ids: Sequence[str]) -> None:
@@ -434,7 +384,7 @@ class Checkpointer(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        prepared = self._prepare_put(config, checkpoint, metadata, new_versions)
+        prepared = self._prepare_put(config, checkpoint, metadata, new_versions, defer=True)
         await self._acommit_put(prepared)
         return prepared.config
 
@@ -445,7 +395,8 @@ class Checkpointer(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._acommit_writes(self._prepare_writes(config, writes, task_id, task_path))
+        prepared = self._prepare_writes(config, writes, task_id, task_path, defer=True)
+        await self._acommit_writes(prepared)
 
     async def adelete_thread(self, thread_id: str) -> None:
         self._writable("delete_thread")

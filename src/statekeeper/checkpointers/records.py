@@ -9,15 +9,23 @@ a backend is the channel values, which each one plans as append deltas on its ow
 
 The records are immutable, and the mappings they hold must not be changed: ``values`` is
 the caller's checkpoint's own ``channel_values`` (the put path copies no value).
+
+The async API prepares a record on the event loop's thread but leaves compressing its
+payloads (``deferred``) to the thread that stores it, which calls ``packed()``: zlib lets
+go of the interpreter lock at every call, and on the loop's thread that hands the loop
+over to the storing thread (docs/benchmarks.md, "What compression costs"). The bytes
+stored are the same either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 
+from statekeeper._storage.payload import pack
 from statekeeper.checkpointers.semantics import checkpoint_config
 
 __all__ = ["Encoded", "NewVersion", "PreparedPut", "PreparedWrites", "WriteRow"]
@@ -89,11 +97,21 @@ class PreparedPut:
     version_keys: dict[str, str]
     new_versions: tuple[NewVersion, ...]
     values: dict[str, Any]
+    deferred: int | None = None  # compression left to :meth:`packed`: from this many bytes
 
     @property
     def config(self) -> RunnableConfig:
         """The config that names the stored checkpoint: what ``put`` returns."""
         return checkpoint_config(self.thread_id, self.checkpoint_ns, self.checkpoint_id)
+
+    def packed(self) -> PreparedPut:
+        """This put with its checkpoint compressed, if that was deferred (see the module
+        docstring); else this put."""
+        if self.deferred is None:
+            return self
+        type_, _, data = self.checkpoint
+        checkpoint = Encoded(type_, *pack(data, compress=True, min_bytes=self.deferred))
+        return dataclasses.replace(self, checkpoint=checkpoint, deferred=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +126,17 @@ class PreparedWrites:
     task_id: str
     task_path: str
     writes: tuple[WriteRow, ...]
+    deferred: int | None = None  # compression left to :meth:`packed`: from this many bytes
+
+    def packed(self) -> PreparedWrites:
+        """These writes with their payloads compressed, if that was deferred (see the
+        module docstring); else these writes."""
+        if self.deferred is None:
+            return self
+        writes = tuple(_packed(row, self.deferred) for row in self.writes)
+        return dataclasses.replace(self, writes=writes, deferred=None)
+
+
+def _packed(row: WriteRow, min_bytes: int) -> WriteRow:
+    codec, data = pack(row.data, compress=True, min_bytes=min_bytes)
+    return row._replace(codec=codec, data=data)

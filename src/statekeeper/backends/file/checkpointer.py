@@ -309,6 +309,7 @@ class FileCheckpointer(Checkpointer):
         serialised before the thread's lock is taken; the checkpoint exists once its line
         (holding its small values) is appended and flushed, after the files of its large
         values are durable."""
+        prepared = prepared.packed()
         thread_id, ns, checkpoint_id = (
             prepared.thread_id,
             prepared.checkpoint_ns,
@@ -350,6 +351,7 @@ class FileCheckpointer(Checkpointer):
         already stored). A damaged writes line of this checkpoint raises
         CorruptCheckpointError and nothing is added. Runs under the thread's writes lock,
         not the lock ``put`` holds."""
+        prepared = prepared.packed()
         task_id, task_path, checkpoint_id = (
             prepared.task_id,
             prepared.task_path,

@@ -78,6 +78,7 @@ def array_literal(items: Sequence[str | int | bytes | bytearray | memoryview | N
 def put(prepared: PreparedPut, plans: Sequence[PlannedValue], reader: Reader) -> Op[list[bool]]:
     """Store a prepared put with its planned values; return, per plan, whether its full
     copy was stored in place of its delta."""
+    prepared = prepared.packed()
     t, ns = encode_id(prepared.thread_id), encode_id(prepared.checkpoint_ns)
     key = (t, ns, encode_id(prepared.checkpoint_id))
     parent = encode_id(prepared.parent_id) if prepared.parent_id is not None else None
@@ -184,6 +185,7 @@ def _detach(reader: Reader, key: tuple[str, str], value: StoredValue) -> Op[None
 def put_writes(prepared: PreparedWrites) -> Op[None]:
     """Store prepared writes: a regular write already stored is kept, a special one
     replaced; the checkpoint's digest of its writes is added to by what changed."""
+    prepared = prepared.packed()
     key = (
         encode_id(prepared.thread_id),
         encode_id(prepared.checkpoint_ns),

@@ -155,6 +155,7 @@ class Plans(Reads):
     def put(self, serde: SerializerProtocol, prepared: PreparedPut) -> Op[None]:
         """Store a prepared checkpoint and its new values with one ``PUT`` script; the
         values are serialised (and append deltas planned) before it is sent."""
+        prepared = prepared.packed()
         thread_id, ns = prepared.thread_id, prepared.checkpoint_ns
         ens = ordered(ns)
         value_field = self.value_field
@@ -210,6 +211,7 @@ class Plans(Reads):
         """Store prepared writes with one ``PUT_WRITES`` script (none when there are no
         writes); the script keeps a regular write already stored and replaces a special
         one."""
+        prepared = prepared.packed()
         if not prepared.writes:
             return
         path = prepared.task_path

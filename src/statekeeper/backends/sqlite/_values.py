@@ -237,6 +237,7 @@ Prepare = Callable[[], Store]
 def plan_put(serde: SerializerProtocol, values: ValuePlanner, prepared: PreparedPut) -> Store:
     """Serialise a put's new values (planning append deltas on the payloads ``values``
     remembers); return what stores the checkpoint with them in an open transaction."""
+    prepared = prepared.packed()
     thread_id, ns = prepared.thread_id, prepared.checkpoint_ns
     plans = [
         values.plan_new(serde, (thread_id, ns, channel), channel, key, prepared.values)

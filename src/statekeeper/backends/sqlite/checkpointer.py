@@ -396,6 +396,7 @@ class SqliteCheckpointer(Checkpointer):
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
         """Store prepared writes in one transaction (see :func:`._values.store_writes`)."""
+        prepared = prepared.packed()
         with self._db.transaction(write=True) as conn:
             store_writes(prepared, conn)
 
@@ -406,7 +407,7 @@ class SqliteCheckpointer(Checkpointer):
         await self._group.write(functools.partial(plan_put, self.serde, self._values, prepared))
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
-        await self._group.write(lambda: functools.partial(store_writes, prepared))
+        await self._group.write(lambda: functools.partial(store_writes, prepared.packed()))
 
     def _maintenance(self) -> Maintenance:
         return Maintenance(self._db, self._rules, self.serde)
