@@ -27,7 +27,17 @@ from urllib.parse import urlsplit
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-__all__ = ["FileFloor", "FlushedLog", "ServedFloor", "redis_round_trips", "sqlite_commit"]
+__all__ = [
+    "PING",
+    "PONG",
+    "FileFloor",
+    "FlushedLog",
+    "ServedFloor",
+    "redis_round_trips",
+    "sqlite_commit",
+]
+
+PING, PONG = b"*1\r\n$4\r\nPING\r\n", b"+PONG"  # one bare Redis round trip, and its reply
 
 # What a served batch hands to its ``durable``: the id of each call's write (the
 # checkpoint or task id), ``None`` for a read, in the order the calls ran.
@@ -102,9 +112,9 @@ def redis_round_trips(url: str) -> tuple[Callable[[Calls], None], Callable[[], N
 
     def round_trips(calls: Calls) -> None:
         for _ in calls:
-            sock.sendall(b"*1\r\n$4\r\nPING\r\n")
+            sock.sendall(PING)
             reply = sock.recv(64)
-            if not reply.startswith(b"+PONG"):  # an AUTH-protected server says -NOAUTH
+            if not reply.startswith(PONG):  # an AUTH-protected server says -NOAUTH
                 raise RuntimeError(f"Redis at {address[0]}:{address[1]} answered {reply!r}")
 
     return round_trips, sock.close

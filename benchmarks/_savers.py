@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from _floors import FileFloor, FlushedLog, ServedFloor, redis_round_trips, sqlite_commit
+from _floors import (
+    PING,
+    PONG,
+    FileFloor,
+    FlushedLog,
+    ServedFloor,
+    redis_round_trips,
+    sqlite_commit,
+)
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
@@ -230,8 +238,8 @@ class RoundTripFloor(InMemorySaver):
     alone, before any storage work or client library. Sockets are borrowed from a free
     list, since LangGraph calls ``put`` from its background threads."""
 
-    request = b"*1\r\n$4\r\nPING\r\n"  # what one round trip sends
-    expected = b"+PONG"  # and the reply it waits for
+    request = PING  # what one round trip sends
+    expected = PONG  # and the reply it waits for
 
     def __init__(self, url: str) -> None:
         super().__init__()

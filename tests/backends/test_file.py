@@ -1265,7 +1265,7 @@ def test_claims_live_beside_the_threads_and_verify_ignores_them(saver: Any, root
     )
 )
 def test_lines_hold_canonical_json_whatever_the_value(value: Any) -> None:
-    """Ids, ``None`` and integers are formatted without ``json.dumps``; every line must
+    """Texts, ``None`` and integers are formatted without ``json.dumps``; every line must
     still hold the canonical JSON the format documents, the very text ``json.dumps``
     makes."""
     from statekeeper.backends.file._log.lines import dumps

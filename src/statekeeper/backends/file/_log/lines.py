@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any, NamedTuple
 
 __all__ = [
@@ -91,15 +92,15 @@ class DamagedIndex(Exception):
 
 
 def dumps(value: Any) -> str:
-    """Canonical JSON: ASCII, keys sorted, no spaces. Plain ids, ``None`` and integers,
-    most of what a line holds, are formatted directly (the same text json makes)."""
+    """Canonical JSON: ASCII, keys sorted, no spaces. Texts, ``None`` and integers, most
+    of what a line holds, are formatted directly, to the text json makes (a text by the
+    encoder json itself calls)."""
     kind = type(value)
     if kind is str:
-        if value.isascii() and value.isprintable() and '"' not in value and "\\" not in value:
-            return f'"{value}"'
-    elif value is None:
+        return encode_basestring_ascii(value)
+    if value is None:
         return "null"
-    elif kind is int:
+    if kind is int:
         return str(value)
     return json.dumps(
         value, ensure_ascii=True, sort_keys=True, allow_nan=False, separators=(",", ":")
