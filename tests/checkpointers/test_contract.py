@@ -711,6 +711,42 @@ def test_get_next_version_accepts_none_ints_and_its_own_outputs(saver: Any) -> N
     assert saver.get_next_version(0, None) < saver.get_next_version(1, None)
 
 
+# LangGraph's own savers write "<32-digit counter>.<random float>", as statekeeper did before
+LANGGRAPH_VERSION = "00000000000000000000000000000075.0.3294291907048198"
+
+
+def test_get_next_version_keeps_langgraphs_counter_with_a_short_random_part(saver: Any) -> None:
+    version = saver.get_next_version(LANGGRAPH_VERSION, None)
+    counter, random_part = version.split(".")
+    assert counter == f"{76:032}"  # read by LangGraph's savers as int(v.split(".")[0])
+    assert len(random_part) == 10
+    assert set(random_part) <= set("0123456789abcdefghijklmnopqrstuvwxyz")
+    assert LANGGRAPH_VERSION < version < saver.get_next_version(version, None)
+    # a version's random part tells forks apart: 200 forks of one checkpoint, 200 versions
+    assert len({saver.get_next_version(LANGGRAPH_VERSION, None) for _ in range(200)}) == 200
+
+
+def test_a_thread_with_versions_of_the_older_form_goes_on_with_the_new_one(saver: Any) -> None:
+    """A checkpoint whose versions have LangGraph's random float is continued: its values
+    are read back, and a channel left unchanged keeps its older version's value."""
+    config = {"configurable": {"thread_id": "older-versions", "checkpoint_ns": ""}}
+    versions = {"a": LANGGRAPH_VERSION, "b": LANGGRAPH_VERSION.replace("75", "74", 1)}
+    first = generate_checkpoint(
+        channel_values={"a": "old-a", "b": "old-b"}, channel_versions=versions
+    )
+    stored = saver.put(config, first, generate_metadata(step=0), versions)
+    newer = saver.get_next_version(max(versions.values()), None)
+    second = generate_checkpoint(
+        channel_values={"a": "new-a", "b": "old-b"}, channel_versions={**versions, "a": newer}
+    )
+    stored = saver.put(stored, second, generate_metadata(step=1), {"a": newer})
+    latest = saver.get_tuple(config)
+    assert latest is not None
+    assert latest.config == stored
+    assert latest.checkpoint["channel_values"] == {"a": "new-a", "b": "old-b"}
+    assert latest.checkpoint["channel_versions"] == {**versions, "a": newer}
+
+
 # --------------------------------------------------------------------------------------------
 # 7. odd thread ids and namespaces
 # --------------------------------------------------------------------------------------------

@@ -225,11 +225,16 @@ def stored_version(version: Any) -> str:
 
 
 def next_version(current: str | int | float | None) -> str:
-    """The version after ``current``: ``"<32-digit counter>.<16-digit random>"``.
+    """The version after ``current``: ``"<32-digit counter>.<10 random base-36 digits>"``.
 
-    The counter makes versions strictly increasing; the random part keeps two forks of
+    The counter makes versions strictly increasing, in LangGraph's own format (its savers
+    read the counter before the dot, zero-padded so that text order is number order; a
+    thread moved to one of them goes on from ours). The random part keeps two forks of
     one checkpoint from producing the same version for different values (values are
-    stored once per version). Accepts ints and floats from other savers.
+    stored once per version): 36**10, about 2**51.7 choices, as many as the random float
+    LangGraph's savers write there, in 10 characters instead of 18 — a version is part of
+    the key of every stored value. Accepts ints, floats and the versions of other savers
+    (and of earlier statekeeper releases).
     """
     if current is None:
         counter = 0
@@ -237,7 +242,15 @@ def next_version(current: str | int | float | None) -> str:
         counter = int(current)
     else:
         counter = int(current.split(".", 1)[0])
-    return f"{counter + 1:032}.{random.random():016}"  # noqa: S311 - not a secret
+    return f"{counter + 1:032}.{_random_part()}"
+
+
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _random_part() -> str:
+    """10 random base-36 digits (``random`` reseeds in a forked child)."""
+    return "".join(random.choices(_BASE36, k=10))  # noqa: S311 - not a secret
 
 
 def check_run_ids(run_ids: Sequence[str]) -> tuple[str, ...]:
