@@ -369,3 +369,33 @@ def test_no_page_writes(client: Any, dataset: Dataset) -> None:
     client.get("/memory/notes", params={"ns": list(NOTES_NS)})
     assert _stored(dataset) == before
     assert len(dataset.store.search((), limit=1000)) == items_before
+
+
+def test_the_graph_page_imports_no_module_that_stored_data_names(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread whose metadata names a module nobody imported: the page says how to draw
+    it and imports nothing (the module would write a marker, and is importable)."""
+    import sys
+    import uuid
+
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
+
+    from statekeeper.checkpointers import open_checkpointer
+
+    module = f"sk_planted_{uuid.uuid4().hex}"
+    marker = tmp_path / "imported"
+    (tmp_path / f"{module}.py").write_text(f"open({str(marker)!r}, 'w').close()\ngraph = None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    ref = f"{module}:graph"
+    with open_checkpointer(f"sqlite:///{tmp_path}/planted.db") as saver:
+        config = {"configurable": {"thread_id": "planted", "checkpoint_ns": ""}}
+        saver.put(config, generate_checkpoint(), {"statekeeper_graph": ref}, {})
+        client = client_for(make_app(Dataset(url="sqlite", saver=saver, store=None)))
+        data = _api(client, "/graph", thread="planted")
+        assert (data["ref"], data["not_imported"], data["svg"]) == (ref, True, None)
+        text = _page(client, "/graph", thread="planted")
+        assert "which is not\nimported" in text
+        assert f"statekeeper ui --graph {ref}" in text
+    assert module not in sys.modules
+    assert not marker.exists()

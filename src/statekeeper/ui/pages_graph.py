@@ -1,9 +1,12 @@
 """The graph, drawn offline, with the nodes that just ran and those that run next lit.
 
 The graph is ``--graph`` when given, else the one the selected checkpoint's metadata
-names (``statekeeper_graph``, recorded by the runner), loaded as ``statekeeper resume``
-loads it (which imports its module). It is never taken from the query string, so a link
-cannot make the server import a module of its choosing.
+names (``statekeeper_graph``, recorded by the runner). A page only imports what the user
+named: ``--graph`` is imported at start, and a graph named by stored data is drawn only
+when its module is already imported (by ``--graph``, or by a resume or fork the user
+asked for); otherwise the page says how to draw it. Loading a module runs its code, and
+a record is data that anyone who could write to the storage chose. The reference is
+never taken from the query string either.
 
 The picture comes from :func:`draw`, the one call into the offline renderer; the
 page also lists the nodes and edges as text, for reading and for assistive technology.
@@ -11,6 +14,7 @@ page also lists the nodes and edges as text, for reading and for assistive techn
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +65,10 @@ def graph(inspector: Inspector, request: Request, form: Form) -> Page:
             current = pending_nodes(parent.checkpoint) if parent is not None else ()
         named = (tup.metadata or {}).get("statekeeper_graph")
         ref = ref or (named if isinstance(named, str) else None)
+    stored_only = ref is not None and ref != inspector.options.graph_ref and not _imported(ref)
     data: dict[str, Any] = {
         "ref": ref,
+        "not_imported": stored_only,
         "thread_id": thread_id,
         "checkpoint_id": checkpoint_id,
         "current": list(current),
@@ -71,10 +77,18 @@ def graph(inspector: Inspector, request: Request, form: Form) -> Page:
         "edges": [],
         "svg": None,
     }
-    if ref is not None:
+    if ref is not None and not stored_only:
         from statekeeper.graphs import load_graph
 
         loaded = load_graph(ref)
         data["nodes"], data["edges"] = _structure(loaded)
         data["svg"] = draw(loaded, current, upcoming)
     return Page("graph.html", data, title=f"Graph {ref or ''}".strip())
+
+
+def _imported(ref: str) -> bool:
+    """Whether the module of ``ref`` (``"package.module:attr"``) is already imported, so
+    that loading the graph imports nothing (malformed references are not: loading them
+    says why)."""
+    module, _, attr = ref.partition(":")
+    return bool(module and attr) and module in sys.modules
