@@ -107,6 +107,10 @@ def test_a_damaged_sqlite_checkpoint_is_named_and_its_child_still_shows(
     shown = client.get("/checkpoint", params={"thread": "bad"})
     assert shown.status_code == 200
     assert "cannot compare with the parent" in shown.text
+    # its graph draws too, with nothing lit as having run (the parent says what ran)
+    graph = client.get("/api/graph", params={"thread": "bad", "id": ids["intact"]})
+    assert graph.status_code == 200, graph.text
+    assert graph.json()["current"] == []
 
 
 @pytest.mark.parametrize("damaged", ["damaged_file", "damaged_sqlite"])

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from statekeeper.ui.app import Form, Inspector
 
-__all__ = ["checkpoint", "pending_writes"]
+__all__ = ["checkpoint", "nodes_that_ran", "pending_writes"]
 
 _ERROR = "__error__"
 _INTERRUPT = "__interrupt__"
@@ -75,14 +75,17 @@ def _base(
         return None, f"cannot compare with {against or 'the parent'}: {type(exc).__name__}: {exc}"
 
 
-def _ran(inspector: Inspector, tup: CheckpointTuple, parent: CheckpointTuple | None) -> list[str]:
+def nodes_that_ran(
+    inspector: Inspector, tup: CheckpointTuple, parent: CheckpointTuple | None = None
+) -> list[str]:
     """The nodes that ran to make ``tup``: those its parent had next (for a loop step;
-    an input, a fork or an update ran nothing). ``parent`` when already loaded."""
+    an input, a fork or an update ran nothing). ``parent`` when already loaded. A parent
+    that cannot be read (damaged) ran nothing that can be shown: ``[]``."""
     if tup.parent_config is None or (tup.metadata or {}).get("source") != "loop":
         return []
     try:
         parent = parent or inspector.saver.get_tuple(tup.parent_config)
-    except StatekeeperError:  # the diff says why the parent cannot be read
+    except StatekeeperError:  # the checkpoint page's diff says why
         return []
     return list(pending_nodes(parent.checkpoint)) if parent is not None else []
 
@@ -110,7 +113,7 @@ def checkpoint(inspector: Inspector, request: Request, form: Form) -> Page:
         "ts": tup.checkpoint["ts"],
         "metadata": plain(metadata),
         "next": list(pending_nodes(tup.checkpoint)),
-        "ran": _ran(inspector, tup, base if params.get("against") is None else None),
+        "ran": nodes_that_ran(inspector, tup, base if params.get("against") is None else None),
         "interrupts": interrupt_values(tup),
         "state": plain(state),
         "channels": plain(internal),

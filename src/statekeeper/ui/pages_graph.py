@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from statekeeper.graphs.drawing import render_svg
 from statekeeper.threads import pending_nodes
+from statekeeper.ui.pages_checkpoint import nodes_that_ran
 from statekeeper.ui.render import Page
 
 if TYPE_CHECKING:
@@ -60,9 +61,7 @@ def graph(inspector: Inspector, request: Request, form: Form) -> Page:
         tup = inspector.checkpoint(thread_id, "", params.get("id") or None)
         checkpoint_id = tup.checkpoint["id"]
         upcoming = pending_nodes(tup.checkpoint)
-        if tup.parent_config is not None and (tup.metadata or {}).get("source") == "loop":
-            parent = inspector.saver.get_tuple(tup.parent_config)
-            current = pending_nodes(parent.checkpoint) if parent is not None else ()
+        current = tuple(nodes_that_ran(inspector, tup))
         named = (tup.metadata or {}).get("statekeeper_graph")
         ref = ref or (named if isinstance(named, str) else None)
     stored_only = ref is not None and ref != inspector.options.graph_ref and not _imported(ref)
