@@ -177,3 +177,37 @@ def test_short_ids_are_unique_prefixes() -> None:
     assert short_ids(["0123456789abcdef"]) == {"0123456789abcdef": "01234567"}
     assert short_ids([], minimum=2) == {}
     assert short_ids(["abcdefgh"], minimum=2) == {"abcdefgh": "abcd"}  # never under 4
+
+
+def test_references_and_listings_go_past_a_damaged_checkpoint(tmp_path: Any) -> None:
+    """One damaged checkpoint in the middle of a SQLite thread: ``readable_checkpoints``
+    lists every other one and names the damaged one, a step or prefix reference to
+    another checkpoint resolves, and the damaged one by its id raises its damage."""
+    import sqlite3
+
+    from statekeeper.checkpointers import open_checkpointer
+    from statekeeper.errors import CorruptCheckpointError
+    from statekeeper.threads import readable_checkpoints
+
+    path = tmp_path / "state.db"
+    with open_checkpointer(f"sqlite:///{path}") as saver:
+        _graph(saver).invoke({}, {"configurable": {"thread_id": "t"}})
+        ids = {step: found[0] for step, found in _ids(saver).items()}
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE checkpoints SET checkpoint = X'c1c1c1c1' WHERE checkpoint_id = ?",
+                (ids[2],),
+            )
+        conn.close()
+        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        with pytest.raises(CorruptCheckpointError):
+            list(saver.list(config))
+        listed, damaged = readable_checkpoints(saver, config)
+        assert [t.checkpoint["id"] for t in listed] == [ids[s] for s in (4, 3, 1, 0, -1)]
+        assert [d.checkpoint_id for d in damaged] == [ids[2]]
+        assert resolve_checkpoint(saver, "t", "@1").checkpoint["id"] == ids[1]
+        assert resolve_checkpoint(saver, "t", ids[0][:-4]).checkpoint["id"] == ids[0]
+        with pytest.raises(ThreadNotFoundError):
+            resolve_checkpoint(saver, "t", "@2")  # damaged: no readable checkpoint there
+        with pytest.raises(CorruptCheckpointError):
+            resolve_checkpoint(saver, "t", ids[2])

@@ -39,6 +39,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
 from statekeeper.errors import AmbiguousReferenceError, InvalidIdError, ThreadNotFoundError
+from statekeeper.threads import readable_checkpoints
 
 __all__ = ["MAX_REF", "MIN_PREFIX", "SHORT_ID", "parent_id", "resolve_checkpoint", "short_ids"]
 
@@ -227,8 +228,12 @@ def _branch(listed: list[CheckpointTuple]) -> set[str]:
 
 
 def _listing(saver: BaseCheckpointSaver[Any], thread_id: str, ns: str) -> list[CheckpointTuple]:
-    listed = list(saver.list(_config(thread_id, ns)))
+    """The thread's readable checkpoints: a damaged one is no match for a prefix or a
+    step (asked for by its whole id, it is read, and its damage raised)."""
+    listed, damaged = readable_checkpoints(saver, _config(thread_id, ns))
     if not listed:
+        if damaged:
+            raise damaged[0]
         raise _no_thread(thread_id, ns)
     return listed
 
