@@ -128,6 +128,36 @@ def test_a_bad_search_is_a_400_page(client: Any) -> None:
     assert client.get("/api/threads", params={"limit": "0"}).json()["error"] == "ConfigurationError"
 
 
+def _title(text: str) -> str:
+    found = re.search(r"<title>(.*?)</title>", text, re.DOTALL)
+    assert found is not None, "the page has no <title>"
+    return found.group(1)
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "message"),
+    [
+        ("/threads", {"limit": "\u00b2"}, "limit must be a number from 1 to 500"),
+        ("/threads", {"limit": "\u0661"}, "limit must be a number from 1 to 500"),
+        ("/memory/notes", {"ns": "notes", "offset": "\u00b2"}, "offset must be a number"),
+        ("/memory/notes", {"ns": "notes", "offset": "\uff15"}, "offset must be a number"),
+    ],
+    ids=["limit-superscript", "limit-arabic", "offset-superscript", "offset-fullwidth"],
+)
+def test_a_number_in_other_digits_is_a_400_like_any_bad_number(
+    client: Any, path: str, params: dict[str, str], message: str
+) -> None:
+    """``str.isdigit`` takes '²' (which ``int`` refuses) and ``int`` takes '١' and '５':
+    a number in a query is ASCII digits, anything else the same 400 as ``limit=x``."""
+    page = client.get(path, params=params)
+    assert page.status_code == 400, page.text
+    assert message in page.text
+    api = client.get(f"/api{path}", params=params)
+    assert api.status_code == 400, api.text
+    assert api.json()["error"] == "ConfigurationError"
+    assert api.json()["message"].startswith(message)
+
+
 # -- a thread -----------------------------------------------------------------------------
 
 
@@ -349,6 +379,44 @@ def test_notes_show_provenance_validity_and_supersede_chains(client: Any, datase
     assert "&lt;i&gt;world&lt;/i&gt;" in _page(client, "/memory/notes", ns=["misc"])
     missing = client.get("/memory/note", params={"ns": "misc", "key": "nope"})
     assert missing.status_code == 404
+
+
+@pytest.mark.parametrize(
+    "ns",
+    [["a.b"], ["../.."], ["x\x00y"], ["notes", "done.x"]],
+    ids=["period", "dotdot", "nul", "deeper"],
+)
+@pytest.mark.parametrize("path", ["/memory/notes", "/memory/note"])
+def test_a_namespace_the_store_refuses_is_a_400(client: Any, path: str, ns: list[str]) -> None:
+    """LangGraph's stores refuse labels holding '.' or NUL (``InvalidNamespaceError``):
+    that is bad input, answered like a bad thread id, with what a label may hold."""
+    params = {"ns": ns, "key": "k"}
+    page = client.get(path, params=params)
+    assert page.status_code == 400, page.text
+    assert "InvalidIdError" in page.text
+    assert "\x00" not in page.text
+    api = client.get(f"/api{path}", params=params)
+    assert api.status_code == 400, api.text
+    error = api.json()
+    assert error["error"] == "InvalidIdError"
+    assert "'.'" in error["message"]
+    assert "\n" not in error["message"]
+    assert "\x00" not in error["message"]
+
+
+def test_titles_mark_control_characters_as_the_page_body_does(client: Any) -> None:
+    """A tab or history title cannot be spoofed: the ``<title>`` shows bidi and
+    zero-width characters as the same ``<U+202E>`` marks as the body."""
+    title = _title(_page(client, "/thread", thread=HOSTILE_ID))
+    assert "\u202e" not in title
+    assert "&lt;U+202E&gt;txt.exe · statekeeper" in title
+    assert _api(client, "/thread", thread=HOSTILE_ID)["thread_id"] == HOSTILE_ID  # JSON: exact
+    ns = "unicode-\u202eevil-\u200b-x"
+    text = _page(client, "/memory/notes", ns=ns)
+    assert _title(text) == "Notes in unicode-&lt;U+202E&gt;evil-&lt;U+200B&gt;-x · statekeeper"
+    assert "\u202e" not in text
+    assert "\u200b" not in text
+    assert _api(client, "/memory/notes", ns=ns)["namespace"] == [ns]
 
 
 def test_unknown_paths_are_404_pages(client: Any) -> None:

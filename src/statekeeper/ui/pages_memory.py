@@ -15,14 +15,15 @@ reads as zero.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from langgraph.store.base import BaseStore, Item
+from langgraph.store.base import BaseStore, InvalidNamespaceError, Item
 from starlette.exceptions import HTTPException
 
-from statekeeper.errors import ConfigurationError, SerializationError
+from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
 from statekeeper.ui.render import Page
 from statekeeper.ui.values import plain
 
@@ -92,10 +93,34 @@ def _namespace(request: Request) -> tuple[str, ...]:
     return tuple(part for part in request.query_params.getlist("ns") if part)
 
 
+@contextmanager
+def _reading(namespace: tuple[str, ...]) -> Iterator[None]:
+    """Read the store under ``namespace``, as the query gave it.
+
+    Raises:
+        InvalidIdError: the store refuses ``namespace`` (a 400, as for any bad id).
+    """
+    try:
+        yield
+    except InvalidNamespaceError:
+        # LangGraph's own error (a label holding '.' or NUL) is no StatekeeperError: the
+        # app would answer 500, with a message that may hold the raw NUL
+        raise InvalidIdError(
+            f"no namespace can be {list(namespace)!r}: "
+            "a namespace label is any text without '.' or NUL"
+        ) from None
+
+
 def _offset(text: str) -> int:
+    """``?offset=``: ASCII digits (default 0).
+
+    Raises:
+        ConfigurationError: anything else.
+    """
     if not text:
         return 0
-    if not text.isdigit():
+    # isdigit alone takes '²', which int() refuses, and int() takes '١' and '５'
+    if not (text.isascii() and text.isdigit()):
         raise ConfigurationError(f"offset must be a number, got {text!r}")
     return int(text)
 
@@ -105,7 +130,8 @@ def notes(inspector: Inspector, request: Request, form: Form) -> Page:
     store = _store(inspector)
     namespace = _namespace(request)
     offset = _offset(request.query_params.get("offset", ""))
-    page = store.search(namespace, limit=PAGE_SIZE + 1, offset=offset)
+    with _reading(namespace):
+        page = store.search(namespace, limit=PAGE_SIZE + 1, offset=offset)
     now = datetime.datetime.now(datetime.UTC)
     data = {
         "namespace": list(namespace),
@@ -123,7 +149,8 @@ def note(inspector: Inspector, request: Request, form: Form) -> Page:
     store = _store(inspector)
     namespace = _namespace(request)
     key = request.query_params.get("key", "")
-    item = store.get(namespace, key)
+    with _reading(namespace):
+        item = store.get(namespace, key)
     if item is None:
         raise HTTPException(404, f"no item {key!r} in namespace {'/'.join(namespace)!r}")
     shown = _shown(item, datetime.datetime.now(datetime.UTC))

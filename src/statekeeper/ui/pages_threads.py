@@ -72,9 +72,15 @@ def parse_metadata(text: str) -> dict[str, Any]:
 
 
 def _limit(text: str) -> int:
+    """``?limit=``: ASCII digits from 1 to :data:`MAX_PAGE_SIZE` (default :data:`PAGE_SIZE`).
+
+    Raises:
+        ConfigurationError: anything else.
+    """
     if not text:
         return PAGE_SIZE
-    if not text.isdigit() or not 1 <= int(text) <= MAX_PAGE_SIZE:
+    # isdigit alone takes '²', which int() refuses, and int() takes '١' and '５'
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_PAGE_SIZE:
         raise ConfigurationError(f"limit must be a number from 1 to {MAX_PAGE_SIZE}, got {text!r}")
     return int(text)
 

@@ -6,7 +6,8 @@ else the template needs. :func:`respond` answers with JSON when the path is unde
 
 The templates are rendered with autoescaping on for every template, so a stored string
 (a thread id, metadata, a message) is always text; ``ident`` also makes invisible and
-bidirectional-override characters visible, so a thread id cannot pass for another.
+bidirectional-override characters visible, so a thread id cannot pass for another, and
+every page's title shows them with the same marks (:func:`marked`).
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def respond(
         return json_response(page.data, page.status)
     variables = dict(page.data) if isinstance(page.data, dict) else {"data": page.data}
     variables.update(page.context)
-    variables.update(common, request=request, title=page.title)
+    variables.update(common, request=request, title=marked(page.title))
     html = env.get_template(page.template).render(variables)
     return HTMLResponse(html, status_code=page.status)
 
@@ -91,16 +92,29 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def _mark(char: str) -> str | None:
+    """``U+202E`` for a control, format (bidi overrides, zero-width) or line-separator
+    character, which would act instead of show; ``None`` for any other."""
+    return f"U+{ord(char):04X}" if unicodedata.category(char) in _SHOWN_AS_CODE else None
+
+
 def ident(value: Any) -> Markup:
     """``value`` as escaped text, with control, format (bidi overrides, zero-width) and
     line-separator characters shown as ``<U+202E>`` marks instead of acting."""
     parts = []
     for char in str(value):
-        if unicodedata.category(char) in _SHOWN_AS_CODE:
-            parts.append(Markup('<span class="ctl">&lt;U+{:04X}&gt;</span>').format(ord(char)))
-        else:
+        mark = _mark(char)
+        if mark is None:
             parts.append(escape(char))
+        else:
+            parts.append(Markup('<span class="ctl">&lt;{}&gt;</span>').format(mark))
     return Markup("").join(parts)
+
+
+def marked(value: Any) -> str:
+    """``value`` as plain text with the marks of :func:`ident` (``<U+202E>``), for where
+    no markup can go: a page's ``<title>``, which tabs and the history show."""
+    return "".join(f"<{mark}>" if (mark := _mark(char)) else char for char in str(value))
 
 
 def url(path: str, **params: Any) -> str:
