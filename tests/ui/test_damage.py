@@ -107,6 +107,18 @@ def test_a_damaged_sqlite_checkpoint_is_named_and_its_child_still_shows(
     shown = client.get("/checkpoint", params={"thread": "bad"})
     assert shown.status_code == 200
     assert "cannot compare with the parent" in shown.text
+    # the thread's history shows every other checkpoint, and names the damaged one
+    tree = client.get("/api/thread", params={"thread": "bad"}).json()
+    listed = {n["checkpoint_id"] for ns in tree["namespaces"] for b in ns["branches"] for n in b}
+    assert ids["intact"] in listed
+    assert ids["damaged"] not in listed
+    assert [d["checkpoint_id"] for d in tree["damaged"]] == [ids["damaged"]]
+    page = client.get("/thread", params={"thread": "bad"})
+    assert page.status_code == 200
+    assert 'id="damage"' in page.text
+    assert "Damaged checkpoints" in page.text
+    # a step reference reads past the damage
+    assert client.get("/checkpoint", params={"thread": "bad", "id": "@-1"}).status_code == 200
     # its graph draws too, with nothing lit as having run (the parent says what ran)
     graph = client.get("/api/graph", params={"thread": "bad", "id": ids["intact"]})
     assert graph.status_code == 200, graph.text

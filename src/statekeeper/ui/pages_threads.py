@@ -9,6 +9,7 @@ is listed with the error instead of failing the page.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from statekeeper.threads import (
     ThreadSummary,
     interrupts,
     page_threads,
+    readable_checkpoints,
     thread_summary,
 )
 from statekeeper.ui.render import Page
@@ -26,6 +28,7 @@ from statekeeper.ui.tree import build_tree
 from statekeeper.ui.values import plain
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
     from starlette.requests import Request
 
     from statekeeper.ui.app import Form, Inspector
@@ -126,12 +129,16 @@ def threads(inspector: Inspector, request: Request, form: Form) -> Page:
 
 
 def thread(inspector: Inspector, request: Request, form: Form) -> Page:
-    """A thread: its head, and every checkpoint of every namespace as a tree."""
+    """A thread: its head, and every checkpoint of every namespace as a tree; a damaged
+    checkpoint is left out of the tree and named beside it, so the rest still shows."""
     thread_id = request.query_params.get("thread")
     if thread_id is None:
         raise ConfigurationError("which thread? pass ?thread=ID")
-    listed = list(inspector.saver.list({"configurable": {"thread_id": thread_id}}))
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    listed, damaged = readable_checkpoints(inspector.saver, config)
     if not listed:
+        if damaged:
+            raise damaged[0]
         raise ThreadNotFoundError(f"no thread {thread_id!r}; the threads page lists them")
     namespaces = build_tree(listed)
     root = [t for t in listed if t.config["configurable"].get("checkpoint_ns", "") == ""]
@@ -143,6 +150,8 @@ def thread(inspector: Inspector, request: Request, form: Form) -> Page:
         "interrupts": interrupt_values(head) if head is not None else [],
         "forked_from_thread": metadata.get("statekeeper_forked_from_thread"),
         "namespaces": [ns.to_json() for ns in namespaces],
+        # left out of the tree, each with what `statekeeper verify` reports for it
+        "damaged": [dataclasses.asdict(exc.damage) for exc in damaged],
     }
     return Page("thread.html", data, context={"trees": namespaces}, title=f"Thread {thread_id}")
 
