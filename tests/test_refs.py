@@ -187,7 +187,7 @@ def test_references_and_listings_go_past_a_damaged_checkpoint(tmp_path: Any) -> 
 
     from statekeeper.checkpointers import open_checkpointer
     from statekeeper.errors import CorruptCheckpointError
-    from statekeeper.threads import readable_checkpoints
+    from statekeeper.refs import readable_checkpoints
 
     path = tmp_path / "state.db"
     with open_checkpointer(f"sqlite:///{path}") as saver:

@@ -36,12 +36,25 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
-from statekeeper.errors import AmbiguousReferenceError, InvalidIdError, ThreadNotFoundError
-from statekeeper.threads import readable_checkpoints
+from statekeeper.errors import (
+    AmbiguousReferenceError,
+    CorruptCheckpointError,
+    InvalidIdError,
+    ThreadNotFoundError,
+)
 
-__all__ = ["MAX_REF", "MIN_PREFIX", "SHORT_ID", "parent_id", "resolve_checkpoint", "short_ids"]
+__all__ = [
+    "MAX_REF",
+    "MIN_PREFIX",
+    "SHORT_ID",
+    "parent_id",
+    "readable_checkpoints",
+    "resolve_checkpoint",
+    "short_ids",
+]
 
 MIN_PREFIX = 4
 """The shortest id prefix a reference may be: fewer characters would name a checkpoint
@@ -95,6 +108,36 @@ def resolve_checkpoint(
                 raise _missing(saver, thread_id, ns, ref, f"the parent of {_short(found)} is gone")
             found = parent
     return found
+
+
+def readable_checkpoints(
+    saver: BaseCheckpointSaver[Any], config: RunnableConfig
+) -> tuple[list[CheckpointTuple], list[CorruptCheckpointError]]:
+    """What ``saver.list(config)`` lists, newest first, past any damaged checkpoint: the
+    listing goes on after a damaged one (``before`` its id), and the damage is returned
+    beside the checkpoints, each once, so a thread with one bad record still shows the
+    rest of its history.
+
+    Raises:
+        CorruptCheckpointError: damage the listing cannot get past (no checkpoint id,
+            or the same one again: a backend that reads a whole log at once).
+    """
+    listed: list[CheckpointTuple] = []
+    damaged: list[CorruptCheckpointError] = []
+    before: RunnableConfig | None = None
+    while True:
+        try:
+            for tup in saver.list(config, before=before):
+                listed.append(tup)
+            return listed, damaged
+        except CorruptCheckpointError as exc:
+            checkpoint_id = exc.checkpoint_id
+            if not checkpoint_id or any(d.checkpoint_id == checkpoint_id for d in damaged):
+                raise
+            if listed and listed[-1].checkpoint["id"] <= checkpoint_id:
+                raise  # not the newest-first order this walk relies on
+            damaged.append(exc)
+            before = {"configurable": {"checkpoint_id": checkpoint_id}}
 
 
 def short_ids(ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:

@@ -41,7 +41,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
 
 from statekeeper.checkpointers.heads import Head, pager
-from statekeeper.errors import ConfigurationError, CorruptCheckpointError, StatekeeperError
+from statekeeper.errors import ConfigurationError, StatekeeperError
 
 __all__ = [
     "STATUSES",
@@ -55,7 +55,6 @@ __all__ = [
     "list_threads",
     "page_threads",
     "pending_nodes",
-    "readable_checkpoints",
     "summaries",
     "summarize",
     "thread_summary",
@@ -212,36 +211,6 @@ def _head_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> Head:
             f"after={thread_id!r} names no thread with a checkpoint; list from the start"
         )
     return Head(thread_id, tup.checkpoint["id"])
-
-
-def readable_checkpoints(
-    saver: BaseCheckpointSaver[Any], config: RunnableConfig
-) -> tuple[list[CheckpointTuple], list[CorruptCheckpointError]]:
-    """What ``saver.list(config)`` lists, newest first, past any damaged checkpoint: the
-    listing goes on after a damaged one (``before`` its id), and the damage is returned
-    beside the checkpoints, each once, so a thread with one bad record still shows the
-    rest of its history.
-
-    Raises:
-        CorruptCheckpointError: damage the listing cannot get past (no checkpoint id,
-            or the same one again: a backend that reads a whole log at once).
-    """
-    listed: list[CheckpointTuple] = []
-    damaged: list[CorruptCheckpointError] = []
-    before: RunnableConfig | None = None
-    while True:
-        try:
-            for tup in saver.list(config, before=before):
-                listed.append(tup)
-            return listed, damaged
-        except CorruptCheckpointError as exc:
-            checkpoint_id = exc.checkpoint_id
-            if not checkpoint_id or any(d.checkpoint_id == checkpoint_id for d in damaged):
-                raise
-            if listed and listed[-1].checkpoint["id"] <= checkpoint_id:
-                raise  # not the newest-first order this walk relies on
-            damaged.append(exc)
-            before = {"configurable": {"checkpoint_id": checkpoint_id}}
 
 
 def pending_nodes(checkpoint: Checkpoint) -> tuple[str, ...]:

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeeper.errors import ConfigurationError, StatekeeperError, ThreadNotFoundError
+from statekeeper.refs import readable_checkpoints
 from statekeeper.threads import (
     STATUSES,
     ThreadSummary,
     interrupts,
     page_threads,
-    readable_checkpoints,
     thread_summary,
 )
 from statekeeper.ui.render import Page
