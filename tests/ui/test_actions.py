@@ -185,3 +185,33 @@ def test_a_node_that_raises_is_a_page_saying_the_thread_kept_its_step(
     assert "the graph raised IndexError" in response.text
     assert "keeps its last completed step" in response.text
     assert _head(waiting).metadata["source"] == "fork"
+
+
+@pytest.mark.parametrize(
+    ("values", "error"),
+    [
+        ({"messages": [{"role": "user", "content": "added"}]}, "field 'messages': TypeError"),
+        ({"messages": [{"bogus": 1}]}, "field 'messages': TypeError"),
+        ({"__start__": 1}, "not channels of Chat: '__start__'"),
+        ({"nosuch": 1}, "not channels of Chat: 'nosuch' (it has: 'messages', 'answer')"),
+    ],
+)
+@pytest.mark.parametrize("to", ["", "copy"])
+def test_edited_state_the_schema_does_not_have_is_a_422_and_writes_nothing(
+    client: Any, waiting: Dataset, values: dict[str, Any], error: str, to: str
+) -> None:
+    def stored(thread_id: str) -> list[str]:
+        config = {"configurable": {"thread_id": thread_id}}
+        return [t.checkpoint["id"] for t in waiting.saver.list(config)]
+
+    before = stored("t")
+    response = client.post(
+        "/api/actions/fork",
+        json={"thread": "t", "checkpoint": _before_ask(waiting), "to": to, "values": values},
+        headers=SAME_ORIGIN,
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "StateValidationError"
+    assert error in response.json()["message"]
+    assert stored("t") == before
+    assert stored("copy") == []

@@ -42,6 +42,7 @@ from statekeeper.graphs._checkpoints import (
     write_child,
     write_migrated,
 )
+from statekeeper.graphs._edits import edited_values
 from statekeeper.graphs._input import check_input
 from statekeeper.graphs._interrupts import asked_before_fork, describe, one_asker, still_waiting
 from statekeeper.graphs.loading import load_graph, state_saver, state_schema
@@ -82,7 +83,9 @@ class Runner:
     :class:`VersionedState`, state stored under an older version is migrated first (on
     :meth:`resume`, :meth:`migrate` and :meth:`fork` the migration is recorded as a new
     checkpoint; the old ones are kept); any other pydantic schema is validated as is;
-    other schemas (``TypedDict``...) are not validated.
+    other schemas (``TypedDict``...) are not validated when loaded. Whatever validating
+    raises is a :class:`StateValidationError`. Edited values given to :meth:`fork` are
+    checked against every kind of state schema.
     """
 
     def __init__(self, checkpointer: Checkpointer, *, unrecorded_version: int = 1) -> None:
@@ -194,9 +197,12 @@ class Runner:
         runs the super-step after that checkpoint again, asking its ``interrupt()`` again.
 
         ``values`` (edited state) replace the copy's state values, all of them: fields
-        left out are removed. They are validated against the graph's state schema when
-        it is a pydantic model (and recorded under its current schema version), before
-        anything is written; no reducer is applied.
+        left out are removed. Before anything is written, every key must be a channel of
+        the graph's state (not ``__start__`` or another of LangGraph's own), and the
+        values must fit the state schema: a pydantic model validates them as a whole
+        (and they are recorded under its current schema version); a ``TypedDict`` or
+        dataclass state's values are checked field by field, with pydantic's lax rules,
+        and stored as given. No reducer is applied.
 
         Into another thread, the checkpoint's history (root graph only) is copied first,
         with the same checkpoint ids, so it can be inspected and forked there too. When
@@ -206,7 +212,9 @@ class Runner:
         Raises:
             ThreadNotFoundError: the checkpoint does not exist.
             ThreadExistsError: ``to_thread`` is another thread that has checkpoints.
-            StateValidationError: the checkpoint's state is invalid; nothing was written.
+            StateValidationError: the checkpoint's state is invalid, or ``values`` are:
+                a key is not a channel of the state, or a value does not fit its field
+                (the error names it, in one line); nothing was written.
             ThreadBusyError: another run holds the target thread.
             ConfigurationError: no graph is known for the thread, or it cannot be loaded.
         """
@@ -275,7 +283,9 @@ class Runner:
         fork_values: dict[str, Any] | None = None
         stored: dict[str, Any] = dict(source.metadata)
         if values is not None:
-            fork_values = _edited(graph, values, thread_id, checkpoint_id)
+            fork_values = edited_values(
+                graph, values, thread_id=thread_id, checkpoint_id=checkpoint_id
+            )
             schema = state_schema(graph)
             if isinstance(schema, type) and issubclass(schema, VersionedState):
                 metadata[VERSION_KEY] = schema.schema_version
@@ -449,16 +459,3 @@ class Runner:
             checkpoint_id=snapshot.config["configurable"]["checkpoint_id"],
             next=snapshot.next,
         )
-
-
-def _edited(
-    graph: Pregel[Any], values: Mapping[str, Any], thread_id: str, checkpoint_id: str
-) -> dict[str, Any]:
-    """Edited state ``values`` as a fork stores them: validated against a pydantic state
-    schema (each field as the model holds it, so a message given as JSON is stored as a
-    message), else as given."""
-    schema = state_schema(graph)
-    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
-        return dict(values)
-    model = validate(schema, values, thread_id=thread_id, checkpoint_id=checkpoint_id)
-    return {name: getattr(model, name, value) for name, value in values.items()}

@@ -23,7 +23,7 @@ import pydantic
 
 from statekeeper.errors import ConfigurationError, StateValidationError
 
-__all__ = ["Migration", "VersionedState", "state_error", "validate"]
+__all__ = ["Migration", "VersionedState", "invalid_state", "state_error", "validate"]
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -169,34 +169,101 @@ def validate(
     *,
     thread_id: str | None = None,
     checkpoint_id: str | None = None,
+    where: str | None = None,
 ) -> M:
-    """``schema.model_validate(values)``, its failure as :class:`StateValidationError`."""
+    """``schema.model_validate(values)``, its failure as :class:`StateValidationError`
+    (one line naming ``where`` the state is, default its thread and checkpoint, and the
+    first invalid field).
+
+    Whatever validating raises is a failure: pydantic reports a validator's
+    ``ValueError`` or ``AssertionError`` as a ``ValidationError`` but lets any other
+    exception through (langchain's message union raises ``TypeError`` for a message
+    without a ``type``). The field named is then the first given that fails alone.
+    """
+    given = dict(values)
+    place = where if where is not None else _where(thread_id, checkpoint_id)
     try:
-        return schema.model_validate(dict(values))
+        return schema.model_validate(given)
     except pydantic.ValidationError as exc:
-        raise state_error(exc, schema, thread_id, checkpoint_id) from exc
+        raise state_error(exc, schema, thread_id, checkpoint_id, where=place) from exc
+    except Exception as exc:
+        field = next(
+            (key for key in given if _fails_alone(schema.model_validate, key, given[key], exc)),
+            None,
+        )
+        raise invalid_state(
+            schema,
+            field,
+            raised(exc),
+            where=place,
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+        ) from exc
 
 
 def state_error(
     exc: pydantic.ValidationError,
-    schema: type[pydantic.BaseModel],
+    schema: type[Any],
+    thread_id: str | None,
+    checkpoint_id: str | None,
+    *,
+    where: str | None = None,
+) -> StateValidationError:
+    """The error for state that failed validation against ``schema``: it names the
+    thread, the checkpoint (or ``where``) and the dotted path of the first invalid field."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    more = exc.error_count() - 1
+    return invalid_state(
+        schema,
+        field,
+        str(first["msg"]) + (f" (and {more} more errors)" if more else ""),
+        where=where if where is not None else _where(thread_id, checkpoint_id),
+        thread_id=thread_id,
+        checkpoint_id=checkpoint_id,
+    )
+
+
+def invalid_state(
+    schema: Any,
+    field: str | None,
+    problem: str,
+    *,
+    where: str,
     thread_id: str | None,
     checkpoint_id: str | None,
 ) -> StateValidationError:
-    """The error for state that failed validation against ``schema``: it names the
-    thread, the checkpoint and the dotted path of the first invalid field."""
-    first = exc.errors()[0]
-    field = ".".join(str(part) for part in first["loc"]) or None
+    """The error for state (``where``: which) that does not fit ``schema``, one line:
+    the schema (and its version), the field's dotted path, and ``problem`` (its line
+    breaks as spaces)."""
     version = getattr(schema, "schema_version", None)
-    against = schema.__qualname__ + (f" (schema version {version})" if version else "")
-    more = exc.error_count() - 1
+    name = getattr(schema, "__qualname__", None) or repr(schema)
+    against = name + (f" (schema version {version})" if version else "")
     return StateValidationError(
-        f"{_where(thread_id, checkpoint_id)} does not validate against {against}: "
-        f"field {field!r}: {first['msg']}" + (f" (and {more} more errors)" if more else ""),
+        f"{where} does not validate against {against}: field {field!r}: {one_line(problem)}",
         thread_id=thread_id,
         checkpoint_id=checkpoint_id,
         field=field,
     )
+
+
+def raised(exc: BaseException) -> str:
+    """``exc`` as a problem: its type and its message."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (line breaks included) as one space."""
+    return " ".join(text.split())
+
+
+def _fails_alone(check: Callable[[Any], Any], key: str, value: Any, exc: Exception) -> bool:
+    """Whether validating ``{key: value}`` alone raises what validating all raised."""
+    try:
+        check({key: value})
+    except Exception as alone:
+        return type(alone) is type(exc)
+    return False
 
 
 def _where(thread_id: str | None, checkpoint_id: str | None) -> str:
