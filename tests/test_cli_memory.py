@@ -261,3 +261,25 @@ def test_a_store_can_be_named_apart_from_the_checkpoints(tmp_path: Path, capsys:
     )
     assert code == EXIT["ok"], err
     assert [hit["provenance"]["message_ids"] for hit in json.loads(out)] == [["m9"]]
+
+
+@pytest.mark.parametrize("namespace", ["a.b", "../..", "notes/x\x00y"])
+@pytest.mark.parametrize("command", [["search", "cat"], ["show", "k"], ["export"]])
+def test_a_namespace_the_store_refuses_is_a_usage_error(
+    db: str, capsys: Any, namespace: str, command: list[str]
+) -> None:
+    code, _, err = cli(capsys, "memory", *command, "--namespace", namespace, "--db", db)
+    assert code == EXIT["usage"], err
+    assert "a label cannot contain '.' or NUL" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_eval_of_a_too_deeply_nested_file_is_one_line(tmp_path: Path, capsys: Any) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    code, _, err = cli(capsys, "memory", "eval", str(deep))
+    assert code != EXIT["ok"]
+    assert "nests arrays or objects too deeply" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -469,7 +469,15 @@ def _namespace(args: argparse.Namespace) -> tuple[str, ...]:
     from statekeeper.memory.node import notes_namespace
 
     if args.namespace is not None:
-        return tuple(part for part in args.namespace.split("/") if part)
+        labels = tuple(part for part in args.namespace.split("/") if part)
+        # the store's rule, said as a usage error before any store is read
+        bad = next((label for label in labels if "." in label or "\x00" in label), None)
+        if bad is not None:
+            raise CommandError(
+                f"--namespace {args.namespace!r}: a label cannot contain '.' or NUL ({bad!r}); "
+                "labels are separated by '/'"
+            )
+        return labels
     if args.thread is not None:
         return notes_namespace(args.thread)
     return ("notes",)

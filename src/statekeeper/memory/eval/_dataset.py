@@ -105,6 +105,10 @@ def load_dataset(path: str | Path) -> Dataset:
         data = json.loads(text)
     except ValueError as exc:
         raise SerializationError(f"dataset {str(path)!r} is not JSON: {exc}") from exc
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise SerializationError(
+            f"dataset {str(path)!r} nests arrays or objects too deeply to be a dataset"
+        ) from None
     return parse_dataset(data, source=str(path))
 
 
