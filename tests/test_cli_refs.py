@@ -112,6 +112,40 @@ def test_diff_takes_references(db: str, capsys: Any) -> None:
     assert (code, json.loads(out)["from"], json.loads(out)["to"]) == (EXIT["ok"], IDS[2], IDS[0])
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["show", "t1", ""], ["diff", "t1", ""], ["diff", "t1", "", ""], ["diff", "t1", "@1", ""]],
+)
+def test_an_empty_reference_is_refused_by_every_command(
+    db: str, capsys: Any, argv: list[str]
+) -> None:
+    """``diff t1 ''`` read the empty FROM as no FROM, and diffed the newest checkpoint."""
+    code, out, err = sk(capsys, db, *argv)
+    assert (code, out) == (EXIT["usage"], ""), err
+    assert "must be non-empty" in err
+
+
+@pytest.mark.parametrize(
+    ("ref", "says", "not_said"),
+    [
+        ("@9999999999999999999999", "the step is out of range", "a step is @ and a whole number"),
+        ("@-" + "9" * 30, "the step is out of range", "a step is @ and a whole number"),
+        ("~99999999999999999999", "the count after ~ is too large", "only ~N may follow"),
+        ("@1~1~" + "9" * 10, "the count after ~ is too large", "only ~N may follow"),
+    ],
+)
+def test_a_step_or_count_too_large_is_said_so(
+    db: str, capsys: Any, ref: str, says: str, not_said: str
+) -> None:
+    for argv in (["show", "t1", ref], ["diff", "t1", ref], ["fork", "t1", ref]):
+        code, out, err = sk(capsys, db, *argv)
+        assert (code, out) == (EXIT["usage"], ""), argv
+        assert says in err
+        assert not_said not in err
+        assert err.count("\n") == 1
+    assert _count(db) == len(IDS)
+
+
 def test_an_ambiguous_reference_is_one_line_listing_candidates(db: str, capsys: Any) -> None:
     code, out, err = sk(capsys, db, "show", "t1", "1f1ef151-7")
     assert (code, out) == (EXIT["usage"], "")

@@ -156,6 +156,33 @@ def test_prune_asks_at_a_terminal_and_no_keeps_everything(db: str, capsys: Any) 
     assert [row["step"] for row in history(capsys, db, "t1")] == [2]
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["prune", "t1", "--all", "--strategy", "delete", "-y"],
+        ["prune", "t1", "--all", "--dry-run"],
+        ["migrate", "t1", "--all"],
+        ["--json", "prune", "--all", "t1", "--strategy", "delete", "-y"],
+    ],
+)
+def test_threads_and_all_together_are_refused_and_nothing_is_touched(
+    db: str, tmp_path: Path, capsys: Any, argv: list[str]
+) -> None:
+    """A named thread means that thread: with ``--all`` too, it is not read as every
+    thread (which pruned the threads nobody named)."""
+    before = {t: history(capsys, db, t) for t in ("t1", "t2")}
+    with pytest.raises(SystemExit) as stopped:
+        main([*argv, "--db", db])
+    assert stopped.value.code == EXIT["usage"]
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "name threads or pass --all, not both" in err
+    assert "Traceback" not in err
+    if "--json" in argv:
+        assert json.loads(err)["error"]["code"] == "usage"
+    assert {t: history(capsys, db, t) for t in ("t1", "t2")} == before
+
+
 def test_prune_with_yes_does_not_ask(db: str, capsys: Any) -> None:
     code, out, err = cli(capsys, "prune", "--all", "--strategy", "delete", "--db", db, "--yes")
     assert (code, err) == (EXIT["ok"], "")
@@ -173,7 +200,7 @@ def dump(db: str, tmp_path: Path, capsys: Any) -> str:
     return path.read_text()
 
 
-def _bad_dumps(dump: str) -> dict[str, str]:
+def _bad_dumps(dump: str) -> dict[str, str | bytes]:
     lines = dump.splitlines(keepends=True)
     refused = [json.loads(line) for line in lines]
     refused[1]["values"] = {**refused[1]["values"], "log": payload(b"\x80\x04K.", "pickle")}
@@ -183,6 +210,9 @@ def _bad_dumps(dump: str) -> dict[str, str]:
         "not-json": lines[0] + "{nope\n",
         "refused-record": forge(refused),  # a pickle payload, with a valid trailer
         "empty": "",
+        "binary": b"\x89PNG\r\n\x1a\n\x00\xff",  # not UTF-8
+        "utf-16": dump.encode("utf-16"),
+        "a-bad-byte": (lines[0] + lines[1][:20]).encode() + b"\xff" + lines[1][20:].encode(),
     }
 
 
@@ -192,7 +222,7 @@ def test_a_failed_import_creates_nothing(
     data = tmp_path / "data"
     for case, text in _bad_dumps(dump).items():
         path = tmp_path / f"{case}.jsonl"
-        path.write_text(text)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
         code, out, err = cli(capsys, "import", str(path), "--db", stored)
         assert code == EXIT["failed"], (case, err)
         assert err.count("\n") == 1, (case, err)

@@ -138,10 +138,10 @@ def test_an_unknown_thread_or_id(saver: Any, thread: dict[str, Any]) -> None:
         ("1f1e\ud800", "lone surrogate"),
         ("@", "a step is @"),
         ("@one", "a step is @"),
-        ("@" + "9" * 40, "a step is @"),
+        ("@" + "9" * 40, "the step is out of range"),
         ("head~x", "only ~N may follow"),
         ("~1~-2", "only ~N may follow"),
-        ("~" + "9" * 12, "only ~N may follow"),
+        ("~" + "9" * 12, "the count after ~ is too large"),
     ],
 )
 def test_what_is_not_a_reference(saver: Any, thread: dict[str, Any], ref: str, says: str) -> None:
@@ -211,3 +211,29 @@ def test_references_and_listings_go_past_a_damaged_checkpoint(tmp_path: Any) -> 
             resolve_checkpoint(saver, "t", "@2")  # damaged: no readable checkpoint there
         with pytest.raises(CorruptCheckpointError):
             resolve_checkpoint(saver, "t", ids[2])
+
+
+def test_a_reference_that_finds_nothing_readable_says_what_is_damaged(tmp_path: Any) -> None:
+    """Every checkpoint after the input damaged: a step says it found none among the
+    readable ones and that some cannot be read; a prefix of a damaged id raises its
+    damage, not "no such checkpoint"."""
+    import sqlite3
+
+    from statekeeper.checkpointers import open_checkpointer
+    from statekeeper.errors import CorruptCheckpointError
+
+    path = tmp_path / "state.db"
+    with open_checkpointer(f"sqlite:///{path}") as saver:
+        _graph(saver).invoke({}, {"configurable": {"thread_id": "t"}})
+        ids = {step: found[0] for step, found in _ids(saver).items()}
+        with sqlite3.connect(path) as conn:
+            conn.execute(
+                "UPDATE checkpoints SET checkpoint = X'c1c1c1c1' WHERE checkpoint_id > ?",
+                (ids[-1],),
+            )
+        conn.close()
+        with pytest.raises(ThreadNotFoundError, match="5 checkpoints that cannot be read"):
+            resolve_checkpoint(saver, "t", "@1")
+        with pytest.raises(CorruptCheckpointError) as raised:
+            resolve_checkpoint(saver, "t", ids[2][:-3])
+        assert raised.value.checkpoint_id == ids[2]

@@ -99,6 +99,7 @@ def resolve_checkpoint(
         )
     base, moves = _split(ref)
     found = _base(saver, thread_id, ns, ref, base)
+    walked = {found.checkpoint["id"]}  # a parent met twice: stored links form a cycle
     for count in moves:
         for _ in range(count):
             if found.parent_config is None:
@@ -107,6 +108,10 @@ def resolve_checkpoint(
             if parent is None:  # pruned: the stored history starts here
                 raise _missing(saver, thread_id, ns, ref, f"the parent of {_short(found)} is gone")
             found = parent
+            if found.checkpoint["id"] in walked:
+                why = f"{_short(found)} is its own ancestor: its stored parent links form a cycle"
+                raise _missing(saver, thread_id, ns, ref, why)
+            walked.add(found.checkpoint["id"])
     return found
 
 
@@ -196,6 +201,11 @@ def _split(ref: str) -> tuple[str, list[int]]:
     base, tilde, rest = ref.partition("~")
     moves = tilde + rest
     if not _MOVES.fullmatch(moves):
+        if re.fullmatch(r"(?:~[0-9]*)*", moves):
+            raise InvalidIdError(
+                f"checkpoint reference {_shown(ref)}: the count after ~ is too large "
+                "(N in ~N has at most 9 digits)"
+            )
         raise InvalidIdError(
             f"checkpoint reference {_shown(ref)}: after the first ~ only ~N may follow "
             "(~ alone is ~1, the parent)"
@@ -215,6 +225,11 @@ def _base(
     if base.startswith("@"):
         step = _STEP.fullmatch(base)
         if step is None:
+            if re.fullmatch(r"@-?[0-9]+", base):
+                raise InvalidIdError(
+                    f"checkpoint reference {_shown(ref)}: the step is out of range (a step "
+                    "has at most 18 digits)"
+                )
             raise InvalidIdError(
                 f"checkpoint reference {_shown(ref)}: a step is @ and a whole number "
                 "(@0, @12, @-1 for the input)"
@@ -225,26 +240,31 @@ def _base(
             f"checkpoint reference {_shown(ref)} is too short: an id prefix needs at least "
             f"{MIN_PREFIX} characters (or use @STEP, ~N)"
         )
-    listed = _listing(saver, thread_id, ns)
+    listed, damaged = _listing(saver, thread_id, ns)
     matches = [tup for tup in listed if tup.checkpoint["id"].startswith(base)]
-    if len(matches) == 1:
+    broken = [exc for exc in damaged if str(exc.checkpoint_id or "").startswith(base)]
+    if len(matches) == 1 and not broken:
         return matches[0]
     if not matches:
-        raise _missing(saver, thread_id, ns, ref, "no checkpoint id starts with it", listed)
-    raise _ambiguous(ref, thread_id, f"{len(matches)} checkpoint ids start with it", matches)
+        if len(broken) == 1:
+            raise broken[0]  # the checkpoint it names is damaged: say so, not "no such"
+        why = "no checkpoint id starts with it" + _unread(damaged)
+        raise _missing(saver, thread_id, ns, ref, why, listed)
+    why = f"{len(matches) + len(broken)} checkpoint ids start with it"
+    raise _ambiguous(ref, thread_id, why + (f" ({len(broken)} damaged)" if broken else ""), matches)
 
 
 def _at_step(
     saver: BaseCheckpointSaver[Any], thread_id: str, ns: str, ref: str, step: int
 ) -> CheckpointTuple:
-    listed = _listing(saver, thread_id, ns)
+    listed, damaged = _listing(saver, thread_id, ns)
     matches = [tup for tup in listed if tup.metadata.get("step") == step]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         steps = [s for tup in listed if isinstance(s := tup.metadata.get("step"), int)]
         known = f"steps {min(steps)} to {max(steps)}" if steps else "no steps recorded"
-        why = f"no checkpoint at step {step}; the thread has {known}"
+        why = f"no checkpoint at step {step}; the thread has {known}{_unread(damaged)}"
         raise _missing(saver, thread_id, ns, ref, why, listed)
     on_branch = _branch(listed)
     chosen = [tup for tup in matches if tup.checkpoint["id"] in on_branch]
@@ -270,15 +290,26 @@ def _branch(listed: list[CheckpointTuple]) -> set[str]:
     return seen
 
 
-def _listing(saver: BaseCheckpointSaver[Any], thread_id: str, ns: str) -> list[CheckpointTuple]:
-    """The thread's readable checkpoints: a damaged one is no match for a prefix or a
-    step (asked for by its whole id, it is read, and its damage raised)."""
+def _listing(
+    saver: BaseCheckpointSaver[Any], thread_id: str, ns: str
+) -> tuple[list[CheckpointTuple], list[CorruptCheckpointError]]:
+    """The thread's readable checkpoints, and the damage met listing it: a damaged
+    checkpoint is no match for a step (its metadata cannot be read); a prefix that
+    names one raises its damage."""
     listed, damaged = readable_checkpoints(saver, _config(thread_id, ns))
     if not listed:
         if damaged:
             raise damaged[0]
         raise _no_thread(thread_id, ns)
-    return listed
+    return listed, damaged
+
+
+def _unread(damaged: list[CorruptCheckpointError]) -> str:
+    """What a "not found" leaves unsearched: the damaged checkpoints, if any."""
+    if not damaged:
+        return ""
+    count = f"{len(damaged)} checkpoint{'s' if len(damaged) != 1 else ''}"
+    return f" (and {count} that cannot be read: damaged; `verify` lists them)"
 
 
 def _config(thread_id: str, ns: str, checkpoint_id: str | None = None) -> Any:

@@ -262,6 +262,48 @@ def test_database_from_a_newer_version_is_refused_untouched(tmp_path: Path) -> N
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize("table", ["heads", "checkpoints"])
+@pytest.mark.parametrize("mode", ["rw", "ro"])
+def test_a_table_dropped_behind_statekeeper_says_the_database_is_incomplete(
+    tmp_path: Path, table: str, mode: str
+) -> None:
+    """Before: "no such table: heads (see the cause above)", where no cause is shown."""
+    path = tmp_path / "state.db"
+    with SqliteCheckpointer(str(path)) as saver:
+        _put(saver, "t", {"a": 1})
+    with _sqlite(path) as conn:
+        conn.execute(f"DROP TABLE {table}")
+    with SqliteCheckpointer(str(path), mode=mode) as saver:
+        for call in (lambda: saver.get_tuple(generate_config("t")), saver.verify):
+            with pytest.raises(StorageError, match=f"no such table: {table}") as info:
+                call()
+            assert "not a complete statekeeper database" in str(info.value)
+            assert "cause above" not in str(info.value)
+
+
+def test_is_empty_database_only_without_a_single_table(tmp_path: Path) -> None:
+    """A 0-byte file opened read-only has no table (SQLite's empty database); a read-write
+    open creates statekeeper's, and a database with them is not empty, with threads or
+    none. A database holding only other tables is not empty either."""
+    path = tmp_path / "empty.db"
+    path.write_bytes(b"")
+    with SqliteCheckpointer(str(path), mode="ro") as saver:
+        assert saver.is_empty_database()
+    assert path.read_bytes() == b""  # asking created nothing
+    with SqliteCheckpointer(str(path)) as saver:
+        assert not saver.is_empty_database()
+    with SqliteCheckpointer(str(path), mode="ro") as saver:
+        assert not saver.is_empty_database()
+    with SqliteCheckpointer() as saver:
+        _put(saver, "t", {"a": 1})
+        assert not saver.is_empty_database()
+    other = tmp_path / "other.db"
+    with _sqlite(other) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    with SqliteCheckpointer(str(other), mode="ro") as saver:
+        assert not saver.is_empty_database()
+
+
 def test_a_file_that_is_not_a_database_gets_a_clear_error_and_is_not_modified(
     tmp_path: Path,
 ) -> None:

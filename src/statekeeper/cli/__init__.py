@@ -17,6 +17,10 @@ JSON with ``--json``. Progress bars and errors go to stderr. Exit codes (:data:`
  141  closed pipe: whoever read stdout stopped reading (``| head``); nothing is printed
 ====  ==========================================================================
 
+A stdout that cannot be written (``> /dev/full``) is exit 1; one that is closed
+(``>&-``) exit 2 before anything is done. A closed stderr drops the messages, never
+mixing them into stdout.
+
 With ``--json``, an error is one JSON object on stderr, ``{"error": {"code":
 "not_found", "message": "...", "exit": 3}}``, whose ``code`` is the exit code's name in
 :data:`EXIT` (see docs/cli.md).
@@ -46,6 +50,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from statekeeper.cli import (
@@ -63,6 +68,7 @@ from statekeeper.cli._common import (
     EXIT,
     REPORTED,
     Adder,
+    CommandError,
     Commands,
     IncompleteCommand,
     Verbosity,
@@ -70,10 +76,10 @@ from statekeeper.cli._common import (
     debug,
     examples_text,
     exit_code,
-    parse,
-    report,
-    usage_error,
+    flush_stdout,
+    stdout_errors,
 )
+from statekeeper.cli._report import parse, report, usage_error
 
 __all__ = ["EXIT", "build_parser", "main"]
 
@@ -151,7 +157,9 @@ class _Version(argparse.Action):
             shown = version("statekeeper")
         except PackageNotFoundError:  # run from a source tree that was never installed
             shown = "unknown (not installed)"
-        print(f"statekeeper {shown}")
+        with stdout_errors():
+            print(f"statekeeper {shown}")
+        flush_stdout()  # here, where main() reports a failure, not at the interpreter's exit
         parser.exit()
 
 
@@ -233,17 +241,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     Whatever a user can cause ends in one message on stderr, never a traceback:
     ``statekeeper COMMAND: message``, or with ``--json`` one JSON object
     ``{"error": {"code": ..., "message": ..., "exit": ...}}`` (``code`` names the exit
-    code, as in :data:`EXIT`). A closed stdout (``| head``) exits 141 quietly. Only a
-    node's own exception (exit 1) is shown with the last frames of its traceback.
+    code, as in :data:`EXIT`). A closed pipe on stdout (``| head``) exits 141 quietly; a
+    stdout that cannot be written (``> /dev/full``) exits 1, one closed before the start
+    (``>&-``) 2 with nothing done. Only a node's own exception (exit 1) is shown with the
+    last frames of its traceback.
     """
     words = sys.argv[1:] if argv is None else list(argv)
+    if sys.stderr is None:  # started with stderr closed: its messages must not reach stdout
+        sys.stderr = Path(os.devnull).open("w")  # noqa: SIM115 (the process's stderr now)
     parser = build_parser()
-    args = parse(parser, words)
+    # until the command line is parsed: what an error while parsing is reported with
+    args = argparse.Namespace(command=None, json="--json" in words)
     started = time.perf_counter()
     try:
+        if sys.stdout is None:  # what it prints would be lost: do nothing
+            raise CommandError("stdout is closed; redirect it instead (> /dev/null drops it)")
+        args = parse(parser, words)  # --version prints here
         with _verbosity(parser, args):
             code = int(args.handler(args))
-            sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
+            flush_stdout()  # a closed pipe or a full disk is found here, not at exit
             debug(f"{args.command} took {time.perf_counter() - started:.3f} s (exit {code})")
         return code
     except IncompleteCommand as exc:

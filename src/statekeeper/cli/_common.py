@@ -1,7 +1,8 @@
 """What every command shares: how it is added to the parser, how it opens ``--db``, how
-it prints its result, what it says on stderr (``-q`` / ``-v``), how it asks before it
-deletes, and how each error is reported: which exit code it means (:data:`EXIT`), its one
-wording, and its JSON object under ``--json``.
+it prints its result (and what happens when stdout cannot take it), what it says on
+stderr (``-q`` / ``-v``), how it asks before it deletes, which exit code each error means
+(:data:`EXIT`), and the one wording of what is missing. How an error is then reported is
+:mod:`statekeeper.cli._report`.
 
 ``statekeeper --help`` builds every command's parser, so what a command runs (graphs,
 transfer, memory) is imported inside its handler, never when its module is imported;
@@ -12,18 +13,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import io
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TextIO
 
 from statekeeper import _console
 from statekeeper.errors import (
-    AmbiguousReferenceError,
     AnswerRequiredError,
     ConfigurationError,
     InvalidIdError,
@@ -63,7 +62,8 @@ class CommandError(Exception):
 
 class IncompleteCommand(Exception):
     """Arguments argparse accepted that still do not make a command (``prune`` with no
-    thread and no ``--all``): reported like argparse's own errors, with the usage."""
+    thread and no ``--all``, or with both): reported like argparse's own errors, with the
+    usage."""
 
 
 class NodeFailed(Exception):
@@ -79,12 +79,18 @@ class Missing(LookupError):
     note) is not there (exit 3)."""
 
 
+class OutputFailed(Exception):
+    """stdout cannot be written (a full disk, a bad descriptor): what the command did
+    stands, what it printed is lost (exit 1). A closed pipe is not this: it exits 141."""
+
+
 # most specific first: the first match decides the exit code
 _ERROR_EXITS: list[tuple[type[Exception], int]] = [
     (CommandError, EXIT["usage"]),
     (NodeFailed, EXIT["failed"]),
     (Declined, EXIT["refused"]),
     (Missing, EXIT["not_found"]),
+    (OutputFailed, EXIT["failed"]),
     (ThreadNotFoundError, EXIT["not_found"]),
     (StorageNotFoundError, EXIT["not_found"]),
     (ReadOnlyError, EXIT["read_only"]),
@@ -263,13 +269,64 @@ def _ms(started: float) -> str:
 
 def emit(args: argparse.Namespace, data: Any, text: Callable[[], str]) -> None:
     """Print ``data`` as JSON with ``--json``, else ``text()`` (built only when shown)."""
-    print(_console.dumps(data) if args.json else text())
+    shown = _console.dumps(data) if args.json else text()
+    with stdout_errors():
+        print(shown)
+
+
+@contextlib.contextmanager
+def stdout_errors() -> Iterator[None]:
+    """Around a write to stdout: a failed write (``> /dev/full``) is :class:`OutputFailed`,
+    one line on stderr; a closed pipe stays ``BrokenPipeError`` (exit 141, quietly)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        drop_stdout()  # what it still holds would fail the interpreter's last flush again
+        raise OutputFailed(f"cannot write to stdout: {exc.strerror or exc}") from None
+
+
+def flush_stdout() -> None:
+    """Flush stdout, so that a closed pipe or a full disk is found while the command can
+    still say so, not at the interpreter's exit."""
+    with stdout_errors():
+        sys.stdout.flush()
+
+
+def closed_pipe() -> int:
+    """Whoever read stdout stopped reading (``statekeeper threads | head -1``): exit
+    quietly with 141, as a program killed by SIGPIPE reports in a shell, so a pipeline
+    under ``set -o pipefail`` still sees that the output was cut short. stdout is
+    pointed at the null device, so the interpreter's last flush cannot fail again."""
+    drop_stdout()
+    return EXIT["closed_pipe"]
+
+
+def drop_stdout() -> None:
+    """Point stdout at the null device: what it still buffers is dropped there, so the
+    interpreter's last flush cannot fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def stdin() -> TextIO:
+    """``sys.stdin``, for an argument ``-`` that reads it; a closed stdin (``<&-``) is
+    bad usage (exit 2)."""
+    if sys.stdin is None:
+        raise CommandError("stdin is closed, but '-' reads from it; pipe the input in")
+    return sys.stdin
 
 
 def threads_or_all(args: argparse.Namespace) -> None:
-    """``THREAD... | --all``: raise :class:`IncompleteCommand` when neither is given."""
+    """``THREAD... | --all``: raise :class:`IncompleteCommand` unless exactly one is
+    given. Both is refused, not read as ``--all``: a named thread means only that one."""
     if not (args.all or args.threads):
         raise IncompleteCommand("name threads, or pass --all")
+    if args.all and args.threads:
+        raise IncompleteCommand("name threads or pass --all, not both")
 
 
 REF_HELP = "an id, a unique prefix of 4+ characters, @STEP, head, or REF~N for an ancestor"
@@ -289,15 +346,26 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+MAX_LIMIT = 2**31 - 1
+"""The largest ``--limit`` passed on: more than any listing shows, and a page size every
+backend takes (``sys.maxsize`` would overflow SQLite's integers once paging adds one)."""
+
+
 def at_least_one(text: str) -> int:
-    """An argparse ``type``: a whole number of at least 1 (``--limit``)."""
+    """An argparse ``type``: a whole number of at least 1 (``--limit``). A larger one
+    than :data:`MAX_LIMIT`, however many digits it has, is read as :data:`MAX_LIMIT`:
+    it limits nothing either way."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if not text.strip().isdecimal():
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number, got {quoted(text)}"
+            ) from None
+        value = MAX_LIMIT  # more digits than int() reads
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return min(value, MAX_LIMIT)
 
 
 def command_line(*words: str) -> str:
@@ -319,26 +387,26 @@ def not_found(
     if checkpoint_id is not None:
         why = f" ({reason})" if reason else ""
         return ThreadNotFoundError(
-            f"no checkpoint {_shown(checkpoint_id)} in thread {thread_id!r} in {where}{why}; "
-            f"`{command_line('history', thread_id, *_db(url))}` lists its checkpoints",
+            f"no checkpoint {quoted(checkpoint_id)} in thread {thread_id!r} in {where}{why}; "
+            f"`{command_line('history', thread_id, *db_option(url))}` lists its checkpoints",
             thread_id=thread_id,
             checkpoint_id=checkpoint_id,
             reason=reason,
         )
     return ThreadNotFoundError(
-        f"no thread {thread_id!r} in {where}; `{command_line('threads', *_db(url))}` lists "
-        "the threads",
+        f"no thread {thread_id!r} in {where}; `{command_line('threads', *db_option(url))}` "
+        "lists the threads",
         thread_id=thread_id,
     )
 
 
-def _shown(text: str, width: int = 60) -> str:
+def quoted(text: str, width: int = 60) -> str:
     """``text`` quoted, cut with an ellipsis when longer than ``width``."""
-    quoted = repr(text)
-    return quoted if len(quoted) <= width else quoted[: width - 1] + "…"
+    shown = repr(text)
+    return shown if len(shown) <= width else shown[: width - 1] + "…"
 
 
-def _db(url: str) -> list[str]:
+def db_option(url: str) -> list[str]:
     """The ``--db`` a suggested command needs to read ``url``: none when it is what
     ``--db`` defaults to; ``URL`` in place of a URL that holds a password."""
     from statekeeper.cli import DEFAULT_DB
@@ -346,107 +414,3 @@ def _db(url: str) -> list[str]:
     if url == (os.environ.get("STATEKEEPER_DB") or DEFAULT_DB):
         return []
     return ["--db", url if redact(url) == url else "URL"]
-
-
-# -- reporting an error -------------------------------------------------------------------
-
-_OS_ADVICE = {
-    errno.EISDIR: "is a directory; name a file",
-    errno.ENOENT: "does not exist; check the path (its folder must exist)",
-    errno.ENOTDIR: "is not a path to a file: a part of it is not a directory",
-    errno.EACCES: "is not accessible (permission denied); check its permissions",
-    errno.EPERM: "is not accessible (operation not permitted); check its permissions",
-    errno.EROFS: "is on a read-only file system; choose another path",
-    errno.ENOSPC: "cannot be written: no space left on the device",
-    errno.EEXIST: "already exists; remove it or choose another path",
-}
-
-
-def describe(exc: BaseException, args: argparse.Namespace) -> str:
-    """The message that reports ``exc`` for the command ``args``."""
-    if isinstance(exc, ThreadNotFoundError) and exc.thread_id is not None:
-        url = args.source if args.command == "copy" else args.db
-        return str(not_found(url, exc.thread_id, exc.checkpoint_id, exc.reason))
-    if isinstance(exc, OSError) and exc.filename is not None:
-        path = os.fsdecode(exc.filename)
-        advice = _OS_ADVICE.get(exc.errno or 0, f"cannot be used: {exc.strerror or exc}")
-        return f"{path!r} {advice}"
-    return str(exc)
-
-
-def report(args: argparse.Namespace, exc: BaseException, code: int) -> int:
-    """Report ``exc`` on stderr and return ``code``: ``statekeeper COMMAND: message``
-    (each line escaped), or with ``--json`` one JSON object ``{"error": {"code",
-    "message", "exit"}}`` (plus ``"type"``, the error's class in
-    :mod:`statekeeper.errors`, ``"errors"`` for an invalid input, ``"candidates"``, the
-    full ids, for an ambiguous checkpoint reference, ``"refusals"`` for refused values)."""
-    message = describe(exc, args)
-    if getattr(args, "json", False):
-        error: dict[str, Any] = {"code": _name(code), "message": message, "exit": code}
-        if isinstance(exc, StatekeeperError):
-            error["type"] = type(exc).__name__
-        if isinstance(exc, InvalidInputError):
-            error["errors"] = [{"field": path, "message": text} for path, text in exc.errors]
-        if isinstance(exc, AmbiguousReferenceError):
-            error["candidates"] = list(exc.candidates)
-        if isinstance(exc, RefusedValuesError):
-            error["refusals"] = _console.jsonable(list(exc.refusals))
-        print(_console.dumps({"error": error}, indent=None), file=sys.stderr)
-    else:
-        shown = "\n".join(_console.escape(line) for line in message.splitlines())
-        print(f"statekeeper {_command(args)}: {shown}", file=sys.stderr)
-    return code
-
-
-def usage_error(parser: argparse.ArgumentParser, args: argparse.Namespace, text: str) -> NoReturn:
-    """Stop with ``text`` as bad usage (exit 2): argparse's own error (with the usage),
-    or with ``--json`` the JSON error object."""
-    if not args.json:
-        parser.error(f"{_command(args)}: {text}")
-    report(args, CommandError(text), EXIT["usage"])
-    raise SystemExit(EXIT["usage"])
-
-
-def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
-    """``parser.parse_args(argv)``; with ``--json`` on the command line, argparse's
-    errors are the JSON error object too (``--help`` is printed as usual)."""
-    words = argv[: argv.index("--")] if "--" in argv else argv
-    if "--json" not in words:
-        return parser.parse_args(argv)
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured):
-            return parser.parse_args(argv)
-    except SystemExit as exc:
-        said = captured.getvalue()
-        if not exc.code:
-            sys.stderr.write(said)
-            raise
-        last = said.strip().splitlines()[-1] if said.strip() else "bad usage"
-        prog, _, text = last.partition(": error: ")
-        command = argparse.Namespace(command=prog.removeprefix("statekeeper").strip(), json=True)
-        report(command, CommandError(text or last), EXIT["usage"])
-        raise
-
-
-def closed_pipe() -> int:
-    """Whoever read stdout stopped reading (``statekeeper threads | head -1``): exit
-    quietly with 141, as a program killed by SIGPIPE reports in a shell, so a pipeline
-    under ``set -o pipefail`` still sees that the output was cut short. stdout is
-    pointed at the null device, so the interpreter's last flush cannot fail again."""
-    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    return EXIT["closed_pipe"]
-
-
-def _name(code: int) -> str:
-    return next((name for name, value in EXIT.items() if value == code), "failed")
-
-
-def _command(args: argparse.Namespace) -> str:
-    """The command as typed: ``memory show`` for a subcommand."""
-    command = str(getattr(args, "command", None) or "")
-    sub = getattr(args, f"{command}_command", None)
-    return f"{command} {sub}" if sub else command

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from statekeeper import _console
-from statekeeper.cli._common import CommandError, Commands
+from statekeeper.cli._common import CommandError, Commands, flush_stdout, stdout_errors
 
 __all__ = ["add_graph", "cmd_graph"]
 
@@ -98,9 +98,12 @@ def _format(args: argparse.Namespace) -> str:
 
 def _write(output: str, text: str) -> None:
     if output == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        with stdout_errors():
+            sys.stdout.write(text)
+        flush_stdout()
         return
+    if not output:
+        raise CommandError("-o/--output '': no file named; give a path, or - for stdout")
     target = Path(output)
     try:
         fd, temporary = tempfile.mkstemp(

@@ -24,6 +24,7 @@ from statekeeper.cli._common import (
     resolve,
 )
 from statekeeper.errors import ThreadNotFoundError
+from statekeeper.urls import redact
 
 __all__ = ["add_diff", "add_history", "add_show", "add_threads"]
 
@@ -119,8 +120,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         config = {"configurable": {"thread_id": args.thread, "checkpoint_ns": args.ns}}
         # every id, not only the --limit shown: a short id must be unique in the thread
         listed = list(saver.list(config))
-    if not listed:
-        raise _not_found(args)
+        if not listed:
+            raise _not_found(saver, args)
     short = short_ids(t.checkpoint["id"] for t in listed)
     tuples = listed[: args.limit]
     rows = [
@@ -225,7 +226,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
     with open_saver(args.db, read_only=True) as saver:
         new = _checkpoint(saver, args, args.to)
-        if args.from_:
+        if args.from_ is not None:  # '' too: refused as every empty reference is
             old = _checkpoint(saver, args, args.from_)
         elif new.parent_config is not None:
             old = saver.get_tuple(new.parent_config)
@@ -262,13 +263,27 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def _checkpoint(saver: Any, args: argparse.Namespace, ref: str | None) -> Any:
     """The checkpoint that ``ref`` names (the newest when None) in ``args.thread``."""
-    if ref is None:
-        ref = "head"
-    return resolve(saver, args.thread, ref, ns=args.ns)
+    try:
+        return resolve(saver, args.thread, "head" if ref is None else ref, ns=args.ns)
+    except ThreadNotFoundError as exc:
+        if exc.checkpoint_id is not None:
+            raise
+        raise _not_found(saver, args) from None
 
 
-def _not_found(args: argparse.Namespace, checkpoint_id: str | None = None) -> ThreadNotFoundError:
-    return not_found(args.db, args.thread, checkpoint_id)
+def _not_found(saver: Any, args: argparse.Namespace) -> ThreadNotFoundError:
+    """``args.thread`` has no checkpoint in namespace ``--ns``: the thread is missing,
+    or (when it has checkpoints in others) the namespace, said with those it has."""
+    every = saver.list({"configurable": {"thread_id": args.thread}})  # no ns: all of them
+    namespaces = sorted({tup.config["configurable"].get("checkpoint_ns", "") for tup in every})
+    if not namespaces:
+        return not_found(args.db, args.thread)
+    shown = ", ".join(repr(ns) if ns else "'' (the root graph)" for ns in namespaces[:5])
+    more = f" and {len(namespaces) - 5} more" if len(namespaces) > 5 else ""
+    return ThreadNotFoundError(
+        f"no namespace {args.ns!r} in thread {args.thread!r} in {redact(args.db)}; it has "
+        f"{shown}{more}"
+    )
 
 
 def _interrupts(tup: Any) -> list[dict[str, Any]]:

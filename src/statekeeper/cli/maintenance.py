@@ -162,15 +162,19 @@ def cmd_verify(args: argparse.Namespace) -> int:
     changes = args.repair or args.quarantine
     with open_saver(args.db, read_only=not changes) as saver:
         problems = _verified(saver, args)
-        threads = checked = 0
-        if not problems or changes:  # repaired or quarantined: see what loads now
-            threads, checked = _read_everything(saver, problems)
+        # what verify() named is not reported again by the reads, unless it was repaired or
+        # moved aside: then what still fails to load is news
+        named = None if changes else {p.get("thread_id") for p in problems}
+        threads, checked = _read_everything(saver, problems, named)
+        note = None if problems or threads else _empty_note(saver)
     data = {"threads": threads, "checkpoints": checked, "problems": problems}
+    if note is not None:
+        data["note"] = note
 
     def text() -> str:
         summary = f"{threads} threads, {checked} checkpoints: "
         if not problems:
-            return summary + "all intact"
+            return summary + (note or "all intact")
         rows = [
             (
                 p.get("thread_id"),
@@ -210,25 +214,57 @@ def _verified(saver: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def _read_everything(saver: Any, problems: list[dict[str, Any]]) -> tuple[int, int]:
-    """Load every checkpoint of every thread (which checks every checksum); add what
-    fails to ``problems``; return how many threads and checkpoints were read. The threads
-    are found by a scan of every checkpoint, not the thread index: the index is one of
-    the records checked."""
-    from statekeeper.checkpointers.heads import scan_heads
+def _empty_note(saver: Any) -> str | None:
+    """What to say instead of "all intact" of storage that has nothing to check: a SQLite
+    file without a single table (0 bytes: SQLite's empty database, opened read-only; a
+    read-write open creates the tables). Not damage: it stores nothing."""
+    from statekeeper.checkpointers import SqliteCheckpointer
 
+    if isinstance(saver, SqliteCheckpointer) and saver.is_empty_database():
+        return "no statekeeper tables: an empty database"
+    return None
+
+
+def _read_everything(
+    saver: Any, problems: list[dict[str, Any]], named: set[str | None] | None
+) -> tuple[int, int]:
+    """Load every checkpoint of every thread (which checks every checksum); add what
+    fails to ``problems``, but for the threads in ``named`` (reported already; ``None``:
+    none); return how many threads were found and how many checkpoints loaded. The
+    threads are found by a scan of every checkpoint, not the thread index: the index is
+    one of the records checked. Only when the damage reported stops that scan are they
+    those the index lists, so that what was checked is counted."""
     try:
-        thread_ids = [head.thread_id for head in scan_heads(saver)]
+        thread_ids = _thread_ids(saver, use_index=bool(named))
     except StatekeeperError as exc:
-        problems.append({"reason": f"cannot list the threads: {exc}"})
+        if not named:
+            problems.append({"reason": f"cannot list the threads: {exc}"})
         return 0, 0
     bar = progress("verify")
     checked = 0
     for done, thread_id in enumerate(thread_ids, 1):
         try:
-            checked += sum(1 for _ in saver.list({"configurable": {"thread_id": thread_id}}))
+            for _ in saver.list({"configurable": {"thread_id": thread_id}}):
+                checked += 1
         except StatekeeperError as exc:
-            problems.append({"thread_id": thread_id, "reason": str(exc)})
+            if named is None or thread_id not in named:
+                problems.append({"thread_id": thread_id, "reason": str(exc)})
         bar.update(done, len(thread_ids), f"threads, {checked} checkpoints")
     bar.done()
     return len(thread_ids), checked
+
+
+def _thread_ids(saver: Any, *, use_index: bool) -> list[str]:
+    """Every thread with a root checkpoint: by a scan, or if that fails and ``use_index``,
+    as the thread index lists them."""
+    from statekeeper.checkpointers.heads import Head, pager, scan_heads
+
+    try:
+        return [head.thread_id for head in scan_heads(saver)]
+    except StatekeeperError:
+        if not use_index:
+            raise
+    page, heads = pager(saver), list[Head]()
+    while batch := page(100, heads[-1] if heads else None):
+        heads += batch
+    return [head.thread_id for head in heads]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import traceback
 import uuid
 from collections.abc import Iterator
@@ -30,6 +29,7 @@ from statekeeper.cli._common import (
     open_saver,
     progress,
     resolve,
+    stdin,
     threads_or_all,
 )
 from statekeeper.errors import AnswerRequiredError, StatekeeperError
@@ -283,16 +283,28 @@ def _traceback(exc: BaseException) -> str:
 def _input(given: str) -> Any:
     """``--input``: inline JSON, ``@FILE`` (a file holding it) or ``-`` (stdin)."""
     text, where = _read_arg(given, "--input")
-    return _json_arg(text, where)
+    try:
+        return _loads(text, where)
+    except ValueError as exc:
+        raise CommandError(
+            f'{where} must be JSON ({exc}); an object is written \'{{"key": "text"}}\''
+        ) from None
 
 
 def _read_arg(given: str, option: str) -> tuple[str, str]:
     """The text an option's value stands for: itself, the content of ``@FILE``, or
-    stdin for ``-``; and how to name where it came from in a message."""
+    stdin for ``-``; and how to name where it came from in a message. Text that is not
+    UTF-8, a closed stdin and ``@`` with no file are bad usage (exit 2)."""
     if given == "-":
-        return sys.stdin.read(), f"{option} (from stdin)"
+        where = f"{option} (from stdin)"
+        try:
+            return stdin().read(), where
+        except UnicodeDecodeError:
+            raise CommandError(f"{where} is not UTF-8 text") from None
     if given.startswith("@"):
         path = given[1:]
+        if not path:
+            raise CommandError(f"{option} @: no file named; write @FILE, or - for stdin")
         try:
             text = Path(path).read_text(encoding="utf-8")
         except UnicodeDecodeError:
@@ -301,15 +313,42 @@ def _read_arg(given: str, option: str) -> tuple[str, str]:
     return given, option
 
 
-def _json_arg(text: str, what: str) -> Any:
+def _loads(text: str, where: str) -> Any:
     """``text`` as JSON, strictly: NaN and Infinity, which Python's json reads, are not
-    JSON (RFC 8259), and a value that cannot be written back as JSON is refused."""
+    JSON (RFC 8259), so they raise ``ValueError`` as any other text that is not JSON.
+
+    JSON that no run could take is bad usage (:class:`CommandError`, exit 2): arrays or
+    objects nested too deeply to decode (refused, as ``import`` refuses such a dump
+    line, not left to crash), and a lone surrogate (a ``\\ud800`` escape outside a
+    pair), which no storage keeps as given.
+    """
     try:
-        return json.loads(text, parse_constant=_not_json)
-    except ValueError as exc:
-        raise CommandError(
-            f'{what} must be JSON ({exc}); an object is written \'{{"key": "text"}}\''
-        ) from None
+        value = json.loads(text, parse_constant=_not_json)
+    except RecursionError as exc:  # json's decoder recurses once per nested array or object
+        raise CommandError(f"{where} nests arrays or objects too deeply to read ({exc})") from None
+    return _unicode(value, where)
+
+
+def _unicode(value: Any, where: str) -> Any:
+    """``value`` if every text in it (keys too) is valid unicode; walked without
+    recursion, however deep it is."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo += [*item, *item.values()]
+        elif isinstance(item, list):
+            todo += item
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise CommandError(
+                    f"{where} holds a lone surrogate ({ascii(item[exc.start])[1:-1]}): a \\u "
+                    "escape without the other half of its pair, or bytes that are not UTF-8; "
+                    "write the character itself"
+                ) from None
+    return value
 
 
 def _not_json(constant: str) -> NoReturn:
@@ -317,11 +356,12 @@ def _not_json(constant: str) -> NoReturn:
 
 
 def _answer(given: str) -> Any:
-    """``--answer``: JSON when it parses (strictly: no NaN), else the text itself
-    (``--answer yes``); ``@FILE`` and ``-`` read it from a file or stdin first (a text
-    answer read so loses its final newline)."""
-    text, _ = _read_arg(given, "--answer")
+    """``--answer``: JSON when it parses (strictly: no NaN; as :func:`_loads`), else the
+    text itself (``--answer yes``); ``@FILE`` and ``-`` read it from a file or stdin
+    first (a text answer read so loses its final newline)."""
+    text, where = _read_arg(given, "--answer")
     try:
-        return json.loads(text, parse_constant=_not_json)
+        return _loads(text, where)
     except ValueError:
-        return text.removesuffix("\n") if given == "-" or given.startswith("@") else text
+        read = given == "-" or given.startswith("@")
+        return _unicode(text.removesuffix("\n") if read else text, where)

@@ -27,11 +27,14 @@ from statekeeper.cli._common import (
     CommandError,
     Commands,
     emit,
+    flush_stdout,
     info,
     not_found,
     open_saver,
     plural,
     progress,
+    stdin,
+    stdout_errors,
 )
 from statekeeper.cli._discard import New, discard_if_empty, find_new
 from statekeeper.urls import redact
@@ -252,27 +255,37 @@ def _counts(stats: Any) -> str:
 
 def _output(path: str) -> AbstractContextManager[Any]:
     if path == "-":
-        return _Borrowed(sys.stdout)
+        return _Stdout()
+    if not path:
+        raise CommandError("-o/--output '': no file named; give a path, or - for stdout")
     return Path(path).open("w", encoding="utf-8", newline="\n")
 
 
 def _input(path: str) -> AbstractContextManager[Any]:
+    """The dump ``path`` (``-``: stdin) as text. Bytes that are not UTF-8 are read as
+    lone surrogates (``surrogateescape``), which the dump's reader refuses naming the
+    line they are on, rather than failing on whichever line decoding reached first."""
     if path == "-":
-        return _Borrowed(sys.stdin)
+        return contextlib.nullcontext(stdin())  # not this command's to close
+    if not path:
+        raise CommandError("FILE '': no file named; give the dump's path, or - for stdin")
     try:
-        return Path(path).open(encoding="utf-8", newline="\n")
+        return Path(path).open(encoding="utf-8", errors="surrogateescape", newline="\n")
     except OSError as exc:
         raise CommandError(f"cannot read {path!r}: {exc.strerror}") from None
 
 
-class _Borrowed(AbstractContextManager[Any]):
-    """A stream this command did not open and must not close."""
+class _Stdout(AbstractContextManager[Any]):
+    """stdout as a dump's output, not closed at the end but flushed; a write that fails
+    (``> /dev/full``) is :class:`~statekeeper.cli._common.OutputFailed`."""
 
-    def __init__(self, stream: Any) -> None:
-        self.stream = stream
+    def __enter__(self) -> _Stdout:
+        return self
 
-    def __enter__(self) -> Any:
-        return self.stream
+    def write(self, text: str) -> int:
+        with stdout_errors():
+            return sys.stdout.write(text)
 
     def __exit__(self, *exc: object) -> None:
-        self.stream.flush() if hasattr(self.stream, "flush") else None
+        if exc[0] is None:
+            flush_stdout()

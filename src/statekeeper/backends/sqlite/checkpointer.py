@@ -447,6 +447,16 @@ class SqliteCheckpointer(Checkpointer):
             self._rules = self._load_rules()
         return found
 
+    def is_empty_database(self) -> bool:
+        """Whether the database holds no table at all: a 0-byte file, which SQLite reads
+        as an empty database, opened read-only (a read-write open creates the tables, as in
+        a new file). Such a database stores nothing and is not damaged: :meth:`verify`
+        finds nothing in it, as in a database with tables and no threads."""
+        if self._db.schema_version:  # (tables were created or found)
+            return False
+        with self._db.transaction(write=False) as conn:
+            return conn.execute("SELECT 1 FROM main.sqlite_master LIMIT 1").fetchone() is None
+
     # -- DeltaChannel support ------------------------------------------------------------
 
     def get_delta_channel_history(
