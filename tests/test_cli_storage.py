@@ -2,6 +2,8 @@
 read open it read-only, so they create nothing where there is nothing, work on a
 read-only mount, and a write there stops with one line (exit 6); ``verify`` checks every
 record through the backend's ``verify()``; ``threads`` says which threads a live run holds.
+A hostile ``--db`` (no host, a bad port, a NUL, a server that refuses, storage of the wrong
+kind or damaged) gets one line on stderr, at once, in a process of its own.
 
 Every persistent backend of the shared list is exercised. The read-only mount cases need
 ``unshare -rm`` (root, or user namespaces); they skip with a reason where it is missing,
@@ -13,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -262,3 +266,124 @@ def test_missing_storage_and_read_only_storage_have_their_own_exit_codes() -> No
     assert exit_code(StorageNotFoundError("gone")) == EXIT["not_found"] == 3
     assert exit_code(ReadOnlyError("ro")) == EXIT["read_only"] == 6
     assert exit_code(StorageError("disk")) == EXIT["failed"]
+
+
+# -- hostile --db: one line on stderr, at once, never a traceback ---------------------------
+
+EXAMPLE = str(ROOT / "examples" / "approval_thread.jsonl")
+RUN = ["run", "examples.approval_agent:graph", "--thread", "t1", "--input", '{"messages": []}']
+
+
+def statekeeper(*argv: str) -> tuple[int, list[str], float]:
+    """``statekeeper ARGV`` in a process of its own (what a user's terminal shows: log
+    records a library prints, tracebacks): its exit code, stderr lines and seconds taken.
+    A command that outlives the timeout fails the test."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "statekeeper", *argv],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+    return done.returncode, done.stderr.splitlines(), time.monotonic() - started
+
+
+def assert_one_line(argv: list[str], code: int, expected: str) -> str:
+    """Run ``statekeeper --db URL COMMAND...``: it exits ``code`` within seconds, saying
+    one line on stderr, about its command, that holds ``expected``; return that line."""
+    got, lines, seconds = statekeeper(*argv)
+    assert (got, len(lines)) == (code, 1), lines
+    assert lines[0].startswith(f"statekeeper {argv[2]}: "), lines
+    assert expected in lines[0], lines
+    assert seconds < 10, f"took {seconds:.1f} s"
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "command", "expected"),
+    [
+        ("postgresql:///postgres", ["threads"], "names no host"),
+        ("postgresql:///postgres", RUN, "names no host"),
+        ("postgres://", ["threads"], "names no host"),
+        ("postgresql://", ["import", EXAMPLE], "names no host"),
+        ("postgres://?schema=x", ["threads"], "names no host"),
+        ("postgresql://127.0.0.1:abc/postgres", ["threads"], "bad port"),
+        ("postgresql://127.0.0.1:99999/postgres", RUN, "bad port"),
+    ],
+)
+def test_a_postgres_url_without_a_host_or_with_a_bad_port_is_bad_usage_at_once(
+    url: str, command: list[str], expected: str
+) -> None:
+    assert_one_line(["--db", url, *command], EXIT["usage"], expected)
+
+
+def test_a_postgres_server_that_refuses_is_one_line_at_once() -> None:
+    """Not ~20 lines of the pool's retries and the error after pool_timeout (30 s)."""
+    url = "postgresql://postgres@127.0.0.1:1/postgres"
+    for command in (["threads"], ["import", EXAMPLE]):
+        assert_one_line(["--db", url, *command], EXIT["failed"], "Connection refused")
+
+
+def test_a_postgres_database_or_role_that_does_not_exist_is_bad_usage_at_once() -> None:
+    from tests.postgres_servers import POSTGRES
+
+    parts = urlsplit(POSTGRES.base())
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or "postgres"
+    nodb = f"postgresql://{user}@{host}/nodb_{os.urandom(4).hex()}"
+    nobody = f"postgresql://nobody_{os.urandom(4).hex()}@{host}{parts.path}"
+    for url, expected in ((nodb, "does not exist; create it"), (nobody, "check the user")):
+        for command in (["threads"], ["import", EXAMPLE]):
+            assert_one_line(["--db", url, *command], EXIT["usage"], expected)
+
+
+@pytest.mark.parametrize(
+    ("url", "command"),
+    [
+        ("sqlite:///{tmp}/a%00b.db", ["import", EXAMPLE]),
+        ("sqlite:///{tmp}/a%00b.db", RUN),
+        ("sqlite:///{tmp}/a%00b.db", ["threads"]),
+        ("file://{tmp}/x%00y", ["import", EXAMPLE]),
+        ("file://{tmp}/%00", ["threads"]),
+    ],
+)
+def test_a_nul_in_a_path_is_bad_usage(tmp_path: Path, url: str, command: list[str]) -> None:
+    url = url.format(tmp=tmp_path)
+    assert_one_line(["--db", url, *command], EXIT["usage"], "a path cannot contain NUL")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", [["threads"], ["import", EXAMPLE]])
+def test_storage_of_the_wrong_kind_is_named_as_such(tmp_path: Path, command: list[str]) -> None:
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "notes.txt").write_text("hi\n")
+    sqlite, file = f"sqlite:///{tmp_path}/adir", f"file://{tmp_path}/notes.txt"
+    assert_one_line(["--db", sqlite, *command], EXIT["usage"], "adir' is a directory, not a")
+    assert_one_line(["--db", file, *command], EXIT["usage"], "txt' is a file, not a directory")
+
+
+def test_a_log_that_is_a_directory_is_damage_with_its_path(tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/files"
+    build_thread(url, "t1")
+    (log,) = (tmp_path / "files" / "threads").glob("*/*/checkpoints")
+    log.unlink()
+    log.mkdir()
+    for command in (["threads"], ["history", "t1"], ["show", "t1"]):
+        said = assert_one_line(["--db", url, *command], EXIT["failed"], "is a directory, not a")
+        assert str(log) in said
+    code, lines, _ = statekeeper("--db", url, "verify")
+    assert code == EXIT["failed"]
+    assert not lines, lines  # verify lists the damage on stdout
+    assert statekeeper("--db", url, "verify", "--repair")[0] == EXIT["failed"]  # found, fixed
+    assert statekeeper("--db", url, "verify")[0] == EXIT["ok"]
+
+
+def test_a_sqlite_database_missing_a_table_says_so(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    build_thread(url, "t1")
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        conn.execute("DROP TABLE heads")
+    for command in (["threads"], ["verify"]):
+        assert_one_line(["--db", url, *command], EXIT["failed"], "not a complete statekeeper")

@@ -59,6 +59,10 @@ def test_query_options_are_parsed_and_keywords_win(tmp_path: Path) -> None:
         ("sqlite:///x.db?busy_timeout=soon", "busy_timeout must be a number"),
         ("sqlite:///x.db?busy_timeout=-1", "busy_timeout must be >= 0"),
         ("sqlite:///x.db?compress=1&compress=0", "given twice"),
+        ("sqlite:///a%00b.db", "a path cannot contain NUL"),
+        ("sqlite:///a.db%00", "a path cannot contain NUL"),
+        ("file://./x%00y", "a path cannot contain NUL"),
+        ("file:///%00", "a path cannot contain NUL"),
     ],
 )
 def test_bad_urls_raise_configuration_errors_that_say_what_to_do(
@@ -69,6 +73,19 @@ def test_bad_urls_raise_configuration_errors_that_say_what_to_do(
         open_checkpointer(url)
     assert isinstance(info.value, StatekeeperError)
     assert not list(tmp_path.iterdir()), "a rejected URL must not create files"
+
+
+@pytest.mark.parametrize("mode", ["rw", "ro"])
+def test_a_path_naming_the_wrong_kind_of_file_says_which(tmp_path: Path, mode: str) -> None:
+    """A SQLite URL naming a directory, a file URL naming a file: said, not "disk I/O
+    error", "File exists" or "no database"."""
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("notes\n")
+    with pytest.raises(ConfigurationError, match=r"folder' is a directory, not a SQLite"):
+        open_checkpointer(f"sqlite:///{tmp_path}/folder", mode=mode)
+    with pytest.raises(ConfigurationError, match=r"txt' is a file, not a directory"):
+        open_checkpointer(f"file://{tmp_path}/notes.txt", mode=mode)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["folder", "notes.txt"]
 
 
 def test_unknown_scheme_error_lists_every_known_scheme() -> None:

@@ -676,6 +676,17 @@ def _unknown_inside_an_object() -> bytes:
     return ormsgpack.packb(ormsgpack.Ext(5, ormsgpack.packb(model)))
 
 
+def _child_of(objs: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """The first record whose parent is ``objs[index]``."""
+    parent = objs[index]
+    return next(
+        o
+        for o in objs
+        if o.get("parent_id") == parent["checkpoint_id"]
+        and o["checkpoint_ns"] == parent["checkpoint_ns"]
+    )
+
+
 def _nested_dicts(depth: int) -> Any:
     value: Any = "x"
     for _ in range(depth):
@@ -753,6 +764,16 @@ FORGED: list[tuple[str, Callable[[Any, Path], Any], str]] = [
     ("missing-field", lambda o, c: o[1].pop("metadata"), "lacks 'metadata'"),
     ("unknown-kind", lambda o, c: _set((1, "kind"), "thread")(o), "unknown record kind"),
     ("parent-after-child", lambda o, c: o.insert(1, o.pop(2)), "line 2: parent checkpoint"),
+    (
+        "its-own-parent",
+        lambda o, c: _set((1, "parent_id"), o[1]["checkpoint_id"])(o),
+        "line 2: checkpoint '[^']+' of thread 't' is its own parent",
+    ),
+    (
+        "parent-cycle",
+        lambda o, c: _set((1, "parent_id"), _child_of(o, 1)["checkpoint_id"])(o),
+        r"line \d+: checkpoint '[^']+' of thread 't' is its own ancestor",
+    ),
     (
         "self-contained-child-before-its-parent",
         lambda o, c: (

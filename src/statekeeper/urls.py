@@ -159,7 +159,8 @@ def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
 
     Raises:
         ConfigurationError: ``url`` is not a string, has no ``scheme://``, names a scheme
-            not in ``known_schemes``, or repeats a query option.
+            not in ``known_schemes``, repeats a query option, or its path holds a NUL
+            (``%00``), which no file system, database or server name can.
     """
     known = ", ".join(f"{s}://" for s in known_schemes)
     if not isinstance(url, str) or "://" not in url:
@@ -186,9 +187,10 @@ def parse_url(url: str, known_schemes: list[str]) -> StorageURL:
         if key in options:
             raise ConfigurationError(f"option {key!r} is given twice in {redact(url)!r}")
         options[key] = value
-    return StorageURL(
-        raw=url, scheme=scheme, netloc=parts.netloc, path=unquote(parts.path), options=options
-    )
+    path = unquote(parts.path)
+    if "\x00" in path:
+        raise ConfigurationError(f"a path cannot contain NUL (%00): {redact(url)!r}; remove it")
+    return StorageURL(raw=url, scheme=scheme, netloc=parts.netloc, path=path, options=options)
 
 
 def redact(url: object) -> str:

@@ -1114,22 +1114,22 @@ def test_stray_files_in_values_and_writes_are_ignored_not_quarantined(
 def test_verify_removes_copies_left_by_a_crash_but_never_one_in_progress(
     saver: Any, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from statekeeper.backends.file import _records as _file_store
+    from statekeeper.backends.file import _directory
 
     configs = _history(saver, 3)  # step 3 stores a blob: a file to link
     seen: list[list[str]] = []
-    link = _file_store.Store._link
+    link = _directory._link
 
-    def crash_after_first_link(self: Any, source: Path, target: Path) -> None:
-        link(self, source, target)
+    def crash_after_first_link(store: Any, source: Path, target: Path) -> None:
+        link(store, source, target)
         seen.append(sorted(p.name for p in (root / "trash").iterdir()))
         other = FileCheckpointer(root, lock_timeout=0.05)
         with pytest.raises(StorageError, match="lock"):
             other.verify()  # the copy holds the target's lock: its folder is left alone
         raise KeyboardInterrupt  # as if killed: nothing cleans up
 
-    monkeypatch.setattr(_file_store.Store, "_link", crash_after_first_link)
-    monkeypatch.setattr(_file_store.shutil, "rmtree", lambda *a, **k: None)
+    monkeypatch.setattr(_directory, "_link", crash_after_first_link)
+    monkeypatch.setattr(_directory.shutil, "rmtree", lambda *a, **k: None)
     with pytest.raises(KeyboardInterrupt):
         saver.copy_thread("t", "copy")
     monkeypatch.undo()

@@ -382,6 +382,34 @@ def test_deleted_files_and_folders_are_damage_never_no_data(
     _run(template, tmp_path, damagers, caplog)
 
 
+def as_directory(relative: str) -> tuple[str, Damager]:
+    def damage(root: Path) -> None:
+        (root / relative).unlink()
+        (root / relative).mkdir()
+
+    return f"replace {relative} by a directory", damage
+
+
+def test_a_log_or_head_replaced_by_a_directory_is_damage_that_names_it(
+    template: tuple[Path, dict[str, Any]], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: "[Errno 21] Is a directory", naming no path, from every read, verify()
+    and repair (which could not copy it aside)."""
+    named = _run(template, tmp_path, [as_directory(p) for p in [*LOGS, *HEADS]], caplog)
+    for label, records in named.items():
+        assert records & {"index", "head"}, label
+    source, _ = template
+    for relative in (LOGS[0], HEADS[0]):
+        root = tmp_path / "named"
+        shutil.copytree(source, root)
+        as_directory(relative)[1](root)
+        with FileCheckpointer(root) as saver, pytest.raises(CorruptCheckpointError) as info:
+            saver.get_tuple(cfg("t", ""))
+        assert info.value.path == str(root / LOGS[0])
+        assert "is a directory" in str(info.value)
+        shutil.rmtree(root)
+
+
 def _both(log: str) -> Damager:
     def damage(root: Path) -> None:
         (root / log).unlink()

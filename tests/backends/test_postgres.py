@@ -6,6 +6,7 @@ what to do, and connections the server drops in the middle of a run. Real server
 from __future__ import annotations
 
 import asyncio
+import logging
 import operator
 import subprocess
 import sys
@@ -15,7 +16,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
+from urllib.parse import urlencode, urlsplit
 
+import psycopg
 import pytest
 from langgraph.graph import END, START, StateGraph
 
@@ -148,6 +151,99 @@ def test_an_unreachable_server_is_a_storage_error_without_the_password() -> None
         )
     assert "s3cret" not in str(info.value)
     assert "127.0.0.1:1" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("postgresql:///postgres", "names no host"),
+        ("postgres://", "names no host"),
+        ("postgresql://", "names no host"),
+        ("postgres://?schema=x", "names no host"),
+        ("postgres://user@/db", "names no host"),
+        ("postgres://:5432/db", "names no host"),
+        ("postgresql://127.0.0.1:abc/postgres", "bad port"),
+        ("postgresql://127.0.0.1:99999/postgres", "bad port"),
+        ("postgresql://127.0.0.1:0/postgres", "bad port"),
+        ("postgresql://[::1]:x/postgres", "bad port"),
+        ("postgresql://a:5432,b:nope/postgres", "bad port"),
+        ("postgresql://127.0.0.1/postgres?port=-1", "bad port"),
+    ],
+)
+def test_a_url_without_a_host_or_with_a_bad_port_is_refused_at_once(url: str, message: str) -> None:
+    """Before: a traceback (psycopg.ProgrammingError) for no host, and 30 s of the pool's
+    retries for a bad port."""
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError, match=message) as info:
+        open_checkpointer(url)
+    assert time.monotonic() - started < 2
+    assert "postgresql://HOST" in str(info.value) or "1 to 65535" in str(info.value)
+
+
+def test_a_url_may_leave_out_the_database_or_give_the_host_as_an_option(url: str) -> None:
+    """libpq's defaults: no database is the one named as the user; ``?host=`` names the
+    host (a Unix socket's folder, or here a TCP host) of a URL with an empty authority."""
+    parts = urlsplit(url)
+    user, host = parts.username or "postgres", parts.hostname or "127.0.0.1"
+    given = urlencode({"host": host, "port": parts.port or 5432, "user": user})
+    as_option = f"postgresql://{parts.path}?{given}&{parts.query}"
+    as_user = parts._replace(netloc=f"{user}@{parts.netloc.rpartition('@')[2]}", path="")
+    opened = [as_option]
+    if parts.path.strip("/") == user:  # the database named as the user is the one tested
+        opened.append(as_user.geturl())
+    for each in opened:
+        with open_checkpointer(each) as saver:
+            saver.put(_config("t"), _checkpoint(), {"step": 1}, {})
+            assert saver.get_tuple(_config("t")) is not None
+
+
+def _no_tls_server() -> bool:
+    try:
+        with psycopg.connect(POSTGRES.base(), sslmode="require", connect_timeout=5):
+            return False
+    except psycopg.OperationalError:
+        return True
+
+
+@pytest.mark.parametrize("failure", ["refused", "database", "role", "tls"])
+def test_a_first_connection_that_cannot_work_fails_at_once_in_one_line(
+    failure: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening connects once before the pool exists: a refused connection, an unknown
+    database or role, a TLS mismatch end opening at once with one line saying where and
+    what to do, and none of the pool's retries (30 s of them before, each logged)."""
+    base = urlsplit(POSTGRES.base())
+    user, host = base.username or "postgres", base.netloc.rpartition("@")[2]
+    url, kind, said = {
+        "refused": (f"postgres://{user}@127.0.0.1:1/db", StorageError, "server is up"),
+        "database": (
+            f"postgres://{user}@{host}/nodb_{uuid.uuid4().hex[:8]}",
+            ConfigurationError,
+            "createdb",
+        ),
+        "role": (
+            f"postgres://nobody_{uuid.uuid4().hex[:8]}@{host}{base.path}",
+            ConfigurationError,
+            "check the user",
+        ),
+        "tls": (
+            f"postgres://{user}@{host}{base.path}?sslmode=require",
+            ConfigurationError,
+            "sslmode",
+        ),
+    }[failure]
+    if failure == "tls" and not _no_tls_server():
+        pytest.skip("the server speaks TLS")
+    for mode in ("rw", "ro"):
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING), pytest.raises(kind) as info:
+            open_checkpointer(url, mode=mode)
+        assert time.monotonic() - started < 5
+        text = str(info.value)
+        assert text.startswith(f"cannot connect to PostgreSQL at {url.split('?')[0]}: ")
+        assert said in text
+        assert "\n" not in text
+        assert not [r for r in caplog.records if r.name.startswith("psycopg")]
 
 
 # -- array parameters --------------------------------------------------------------------

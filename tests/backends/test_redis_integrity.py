@@ -14,6 +14,7 @@ import json
 import logging
 import operator
 import random
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -315,6 +316,43 @@ def test_damage_is_refused_or_read_exactly_and_verify_finds_it(
             assert exc.backend == "redis"
             assert exc.path.startswith(prefix_of(url) + ":")
             assert exc.record in ("checkpoint", "metadata", "writes", "value", "delta", "index")
+
+
+GARBAGE = {
+    "nul": b"\x00",
+    "nul-length": b"\x00:",
+    "nul-count": b"1:a1:b0:1:\x00",  # a write's parts hold no number: its codec is "\x00"
+    "not-utf8": b"1:\xff1:b0:0:",
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "garbage"),
+    [
+        (n, g)
+        for n in ("cp", "blobs", "writes")
+        for g in GARBAGE
+        if (n, g) != ("writes", "nul-count")
+    ],
+)
+def test_a_record_that_cannot_be_read_is_reported_in_words(
+    url: str, name: str, garbage: str
+) -> None:
+    """Before: what int() and the parser said, quoting bytes ("invalid literal for int()
+    with base 10: b'\\x00'", "subsection not found")."""
+    build(url)
+    client = client_for(REDIS.prefixes[prefix_of(url)])
+    with open_checkpointer(url) as saver:
+        key = thread_key(saver, THREAD, name)
+        for field in client.hkeys(key):
+            client.hset(key, field, GARBAGE[garbage])
+        outcomes = [_outcome(read) for read in reads(saver, []).values()]
+        said = [str(got) for kind, got in outcomes if kind == "refused"]
+        said += [d.reason for d in saver.verify()]
+    assert said
+    for text in said:
+        assert not re.search(r"invalid literal|subsection|can't decode|b'\\x", text), text
+        assert "\n" not in text
 
 
 @pytest.mark.parametrize(

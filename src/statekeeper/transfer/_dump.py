@@ -1,10 +1,12 @@
 """The dump format: JSON Lines, one checkpoint per line (documented in docs/dump-format.md).
 
 :class:`DumpWriter` writes records; :func:`read_dump` reads them back and validates every
-line as it goes, so a caller that reads a dump to the end before writing anything knows
-it is whole and well formed. Payloads are decoded with :func:`safe_serde` only: nothing in
-a dump can import a module or call anything but a data class from a module already
-imported, and a value that would not be rebuilt exactly is refused rather than altered.
+line as it goes (with the checks of :mod:`._checks`, plus the header, the payloads and
+the trailer's counts and checksum here), so a caller that reads a dump to the end before
+writing anything knows it is whole and well formed. Payloads are decoded with
+:func:`safe_serde` only: nothing in a dump can import a module or call anything but a
+data class from a module already imported, and a value that would not be rebuilt exactly
+is refused rather than altered.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, TextIO
+from typing import Any, TextIO
 
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import Checkpoint, CheckpointMetadata
 
 from statekeeper._storage.payload import check_id, dumps, ensure_exact, loads, safe_serde
 from statekeeper.checkpointers.base import TaskWrite
@@ -29,7 +31,18 @@ from statekeeper.errors import (
     SerializationError,
     StatekeeperError,
 )
-from statekeeper.transfer.records import Record, new_versions, refused_types, write_calls
+from statekeeper.transfer._checks import (
+    Invalid,
+    ThreadHistory,
+    channel_versions,
+    check_keys,
+    check_text,
+    checkpoint_fields,
+    decoded,
+    json_object,
+    parse,
+)
+from statekeeper.transfer.records import Record, refused_types, write_calls
 
 __all__ = ["FORMAT", "MAX_ID_CHARS", "VERSION", "Contents", "DumpWriter", "read_dump"]
 
@@ -198,27 +211,24 @@ class Contents:
     writes: int = 0
 
 
-class _Invalid(Exception):
-    """A line breaks the format; the message says how (the caller adds the line)."""
-
-
 def read_dump(lines: Iterable[str], contents: Contents | None = None) -> Iterator[Record]:
     """The records of a dump, each validated before it is yielded; the header first, the
     trailer (counts and checksum) after the last record.
 
     Raises:
-        SerializationError: the dump is malformed, truncated, altered or hostile; the
-            message names the line and what is wrong with it.
+        SerializationError: the dump is malformed, truncated, altered, hostile or not
+            UTF-8 text; the message names the line and what is wrong with it.
         ConfigurationError: ``lines`` are bytes: the dump was opened in binary mode.
     """
     reader = _Reader(Contents() if contents is None else contents)
     number = 0
-    for number, line in enumerate(lines, 1):
+    for number, line in enumerate(decoded(lines), 1):
         if not isinstance(line, str):
             raise ConfigurationError("open the dump in text mode (it is UTF-8 JSON Lines)")
         try:
+            check_text(line)
             record = reader.line(number, line)
-        except _Invalid as exc:
+        except Invalid as exc:
             raise SerializationError(f"dump line {number}: {exc}") from None
         except StatekeeperError as exc:
             raise SerializationError(f"dump line {number}: {exc}") from exc
@@ -232,62 +242,18 @@ def read_dump(lines: Iterable[str], contents: Contents | None = None) -> Iterato
         )
 
 
-@dataclass
-class _Thread:
-    """What checking one thread's records needs: its checkpoints' versions so far."""
-
-    thread_id: str
-    versions: dict[tuple[str, str], ChannelVersions] = field(default_factory=dict)
-    missing_parents: dict[tuple[str, str], int] = field(default_factory=dict)  # -> child line
-
-    def place(
-        self,
-        number: int,
-        key: tuple[str, str],
-        parent_id: str | None,
-        versions: ChannelVersions,
-        changed: ChannelVersions,
-    ) -> None:
-        """Check checkpoint ``key`` (namespace, id) of line ``number`` against the records
-        before it: new, not a parent of an earlier record, and ``changed`` (its
-        ``new_versions``) exactly what its parent's versions make new."""
-        ns, checkpoint_id = key
-        if key in self.versions:
-            raise _Invalid(f"checkpoint {checkpoint_id!r} appears twice in the thread")
-        if key in self.missing_parents:
-            raise _Invalid(
-                f"checkpoint {checkpoint_id!r} comes after its child on line "
-                f"{self.missing_parents[key]}; parents must come first"
-            )
-        parent = self.versions.get((ns, parent_id)) if parent_id is not None else None
-        if parent_id is not None and parent is None:
-            self.missing_parents.setdefault((ns, parent_id), number)
-        if not _same_versions(changed, new_versions(versions, parent)):
-            if parent_id is not None and parent is None:
-                raise _Invalid(
-                    f"parent checkpoint {parent_id!r} is not before it in the dump; parents "
-                    "must come first (a checkpoint whose parent is not in the dump at all "
-                    "carries every channel in new_versions)"
-                )
-            raise _Invalid(
-                "new_versions must list exactly the channels whose version differs from the "
-                "parent checkpoint's (all of them when the parent is not in the dump)"
-            )
-        self.versions[key] = versions
-
-
 class _Reader:
     def __init__(self, contents: Contents) -> None:
         self.contents = contents
         self.digest = hashlib.sha256()
-        self.thread: _Thread | None = None
+        self.thread: ThreadHistory | None = None
         self.trailer_line: int | None = None
         self.serde = safe_serde()
 
     def line(self, number: int, line: str) -> Record | None:
         if self.trailer_line is not None:
-            raise _Invalid(f"data after the trailer (line {self.trailer_line})")
-        obj = _parse(line)
+            raise Invalid(f"data after the trailer (line {self.trailer_line})")
+        obj = parse(line)
         record = None
         if number == 1:
             _check_header(obj)
@@ -298,12 +264,12 @@ class _Reader:
             self.trailer_line = number
             return None
         else:
-            raise _Invalid(f"unknown record kind {obj.get('kind')!r}")
+            raise Invalid(f"unknown record kind {obj.get('kind')!r}")
         _digest_line(self.digest, line)
         return record
 
     def record(self, number: int, obj: dict[str, Any]) -> Record:
-        _check_keys(obj, _RECORD, "a checkpoint record")
+        check_keys(obj, _RECORD, "a checkpoint record")
         thread_id = checked_id(obj["thread_id"], "thread_id")
         ns = checked_id(obj["checkpoint_ns"], "checkpoint_ns", allow_empty=True)
         checkpoint_id = checked_id(obj["checkpoint_id"], "checkpoint_id")
@@ -312,44 +278,44 @@ class _Reader:
             parent_id = checked_id(parent_id, "parent_id")
         # nested no deeper than an export writes (a write of deeper metadata could fail
         # with a RecursionError halfway through the import)
-        fields = _checkpoint_fields(_plain(obj["checkpoint"], "checkpoint"))
-        changed = _versions(obj["new_versions"], "new_versions")
+        fields = checkpoint_fields(_plain(obj["checkpoint"], "checkpoint"))
+        changed = channel_versions(obj["new_versions"], "new_versions")
         thread = self.enter(thread_id)
         thread.place(number, (ns, checkpoint_id), parent_id, fields["channel_versions"], changed)
         values = {
             checked_id(channel, "channel name", allow_empty=True): self.payload(
                 payload, f"the value of channel {channel!r}"
             )
-            for channel, payload in _object(obj["values"], "values").items()
+            for channel, payload in json_object(obj["values"], "values").items()
         }
         if stray := [channel for channel in values if channel not in changed]:
-            raise _Invalid(f"values has channels not in new_versions: {stray!r}")
+            raise Invalid(f"values has channels not in new_versions: {stray!r}")
         writes = self.writes(obj["writes"])
         counts = self.contents.checkpoints
         counts[thread_id] = counts.get(thread_id, 0) + 1
         self.contents.writes += len(writes)
         checkpoint: Checkpoint = {**fields, "id": checkpoint_id, "channel_values": values}  # type: ignore[typeddict-item]
-        plain_metadata = _object(_plain(obj["metadata"], "metadata"), "metadata")
+        plain_metadata = json_object(_plain(obj["metadata"], "metadata"), "metadata")
         metadata: CheckpointMetadata = plain_metadata  # type: ignore[assignment]
         return Record(thread_id, ns, parent_id, checkpoint, metadata, changed, writes)
 
-    def enter(self, thread_id: str) -> _Thread:
+    def enter(self, thread_id: str) -> ThreadHistory:
         """The state of ``thread_id``; a thread's records must not be split up."""
         if self.thread is None or self.thread.thread_id != thread_id:
             if thread_id in self.contents.checkpoints:
-                raise _Invalid(
+                raise Invalid(
                     f"the records of thread {thread_id!r} are not all together; a dump "
                     "holds each thread's records in one run"
                 )
-            self.thread = _Thread(thread_id)
+            self.thread = ThreadHistory(thread_id)
         return self.thread
 
     def writes(self, value: Any) -> list[TaskWrite]:
         if not isinstance(value, list):
-            raise _Invalid("writes must be a list")
+            raise Invalid("writes must be a list")
         writes = []
         for index, item in enumerate(value):
-            _check_keys(_object(item, f"writes[{index}]"), _WRITE, f"writes[{index}]")
+            check_keys(json_object(item, f"writes[{index}]"), _WRITE, f"writes[{index}]")
             writes.append(
                 TaskWrite(
                     checked_id(item["task_id"], "task_id", allow_empty=True),
@@ -363,23 +329,23 @@ class _Reader:
         return writes
 
     def payload(self, value: Any, what: str) -> Any:
-        payload = _object(value, what)
-        _check_keys(payload, {"type", "data"}, what)
+        payload = json_object(value, what)
+        check_keys(payload, {"type", "data"}, what)
         type_, data = payload["type"], payload["data"]
         if type_ not in _PAYLOAD_TYPES:
-            raise _Invalid(
+            raise Invalid(
                 f"{what} has payload type {type_!r}; a dump holds only {', '.join(_PAYLOAD_TYPES)}"
             )
         if not isinstance(data, str):
-            raise _Invalid(f"{what}: data must be base64 text")
+            raise Invalid(f"{what}: data must be base64 text")
         try:
             raw = base64.b64decode(data, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise _Invalid(f"{what}: data is not valid base64 ({exc})") from None
+            raise Invalid(f"{what}: data is not valid base64 ({exc})") from None
         with refused_types() as refused:
             decoded = loads(self.serde, type_, raw)
         if refused:
-            raise _Invalid(
+            raise Invalid(
                 f"{what} names {', '.join(refused)}, which is not a data class of a module "
                 "already imported, so it is not rebuilt (a dump never imports or calls "
                 "anything else); import the module that defines your state types first"
@@ -387,7 +353,7 @@ class _Reader:
         return decoded
 
     def trailer(self, obj: dict[str, Any]) -> None:
-        _check_keys(obj, _TRAILER, "the trailer")
+        check_keys(obj, _TRAILER, "the trailer")
         found = {
             "threads": len(self.contents.checkpoints),
             "checkpoints": sum(self.contents.checkpoints.values()),
@@ -396,87 +362,23 @@ class _Reader:
         for name, count in found.items():
             claimed = obj[name]
             if not isinstance(claimed, int) or isinstance(claimed, bool) or claimed != count:
-                raise _Invalid(
+                raise Invalid(
                     f"the trailer counts {claimed!r} {name} but the dump holds {count}: "
                     "records are missing or were added"
                 )
         if obj["sha256"] != self.digest.hexdigest():
-            raise _Invalid("the checksum does not match the records: the dump was altered")
-
-
-def _parse(line: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(line, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except _Invalid:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise _Invalid(f"not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise _Invalid("not a JSON object")
-    return obj
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        raise _Invalid("an object has the same key twice")
-    return obj
-
-
-def _no_constant(name: str) -> NoReturn:
-    raise _Invalid(f"{name} is not a JSON number")
-
-
-def _checkpoint_fields(value: Any) -> dict[str, Any]:
-    """A checkpoint without its id and values: LangGraph's fields, checked for shape."""
-    fields = _object(value, "checkpoint")
-    for forbidden in ("id", "channel_values"):
-        if forbidden in fields:
-            raise _Invalid(f"checkpoint has a field {forbidden!r}; it belongs elsewhere")
-    _versions(fields.get("channel_versions"), "checkpoint.channel_versions")
-    for node, seen in _object(fields.get("versions_seen"), "checkpoint.versions_seen").items():
-        _versions(seen, f"checkpoint.versions_seen[{node!r}]")
-    if not isinstance(fields.get("ts"), str):
-        raise _Invalid("checkpoint.ts must be text")
-    return fields
+            raise Invalid("the checksum does not match the records: the dump was altered")
 
 
 def _check_header(obj: dict[str, Any]) -> None:
     if obj.get("format") != FORMAT:
-        raise _Invalid(
-            f'not a statekeeper dump: the first line must be {{"format": "{FORMAT}"...}}'
-        )
+        raise Invalid(f'not a statekeeper dump: the first line must be {{"format": "{FORMAT}"...}}')
     version = obj.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version > VERSION:
-        raise _Invalid(
+        raise Invalid(
             f"dump format version {version} is newer than this statekeeper reads "
             f"(up to {VERSION}); upgrade statekeeper"
         )
     if version != VERSION or isinstance(version, bool):
-        raise _Invalid(f"unknown dump format version {version!r}; this statekeeper reads {VERSION}")
-    _check_keys(obj, _HEADER, "the header")
-
-
-def _check_keys(obj: dict[str, Any], expected: set[str], what: str) -> None:
-    if missing := sorted(expected - obj.keys()):
-        raise _Invalid(f"{what} lacks {', '.join(map(repr, missing))}")
-    if unknown := sorted(obj.keys() - expected):
-        raise _Invalid(f"{what} has unknown fields {', '.join(map(repr, unknown))}")
-
-
-def _object(value: Any, what: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _Invalid(f"{what} must be a JSON object")
-    return value
-
-
-def _versions(value: Any, what: str) -> ChannelVersions:
-    for channel, version in _object(value, what).items():
-        check_id(channel, "channel name", allow_empty=True)
-        if isinstance(version, bool) or not isinstance(version, str | int | float):
-            raise _Invalid(f"{what}[{channel!r}] must be a text or number version")
-    return value  # type: ignore[no-any-return]
-
-
-def _same_versions(a: ChannelVersions, b: ChannelVersions) -> bool:
-    return a.keys() == b.keys() and all(type(a[ch]) is type(b[ch]) and a[ch] == b[ch] for ch in a)
+        raise Invalid(f"unknown dump format version {version!r}; this statekeeper reads {VERSION}")
+    check_keys(obj, _HEADER, "the header")

@@ -1,6 +1,8 @@
-"""Opening the directory of a file checkpointer: its format marker, read-only mode, the
-upgrade of a directory written in an older format, and the names of its locks and of the
-folders a copy builds in ``trash/``.
+"""The directory of a file checkpointer as a whole: opening it (its format marker,
+read-only mode, the upgrade of a directory written in an older format), the names of its
+locks, and the operations on a whole thread folder, which go through ``trash/``: deleting
+one (one rename there makes it vanish) and copying one (built there under a name
+:func:`trash_name` gives, published with one rename).
 
 ``statekeeper.json`` names the format and its version. Version 3 added a head beside each
 log and a manifest in each thread folder (see :mod:`._log`); its lines chain to the line
@@ -22,18 +24,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from statekeeper._storage.files import TEMP_PREFIX, KeyLocks, read_bytes, replace_file, sync_dir
-from statekeeper.backends.file._layout import decode_name, is_hashed
+from statekeeper._storage.files import (
+    TEMP_PREFIX,
+    KeyLocks,
+    read_bytes,
+    replace_file,
+    storage_error,
+    sync_dir,
+)
+from statekeeper.backends.file._layout import decode_name, file_name, is_hashed
 from statekeeper.backends.file._log.head import head_path, initial_head
 from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex
-from statekeeper.backends.file._log.manifest import write_manifest
+from statekeeper.backends.file._log.manifest import MANIFEST, listed, write_manifest
 from statekeeper.backends.file._log.view import IndexView
-from statekeeper.backends.file._log.write import head_for
-from statekeeper.backends.file._namespace import names_in
+from statekeeper.backends.file._log.write import head_for, rewrite
+from statekeeper.backends.file._namespace import SUBDIRS, Namespace, names_in, reporting
 from statekeeper.errors import ConfigurationError, SchemaVersionError, StorageNotFoundError
+
+if TYPE_CHECKING:
+    from statekeeper.backends.file._records import Store
 
 __all__ = [
     "FORMAT_FILE",
@@ -41,7 +54,9 @@ __all__ = [
     "VERSION",
     "WRITES_LOCK",
     "Opened",
+    "copy_thread",
     "open_directory",
+    "remove_thread",
     "thread_locks",
     "trash_lock",
     "trash_name",
@@ -100,10 +115,16 @@ def open_directory(root: Path, *, read_only: bool, durable: bool, locks: KeyLock
 
     Raises:
         StorageNotFoundError: opened read-only, and there is no checkpoint directory.
-        ConfigurationError: it exists, is not empty and is not a checkpoint directory.
+        ConfigurationError: it exists and is a file, or is not empty and is not a
+            checkpoint directory.
         SchemaVersionError: it was written by a newer statekeeper, or in format 1.
         OSError: it cannot be read or created.
     """
+    if root.exists() and not root.is_dir():  # else: "File exists", or "no database"
+        raise ConfigurationError(
+            f"{str(root)!r} is a file, not a directory: the file backend keeps its threads "
+            "in a directory; name a new or empty directory, or a checkpoint directory"
+        )
     if not read_only and root.is_dir() and not writable(root):
         read_only = True
     if read_only:
@@ -149,7 +170,7 @@ def _read_marker(root: Path) -> int | None:
                 "not a statekeeper file store; choose a new or empty directory"
             ) from None
         return None
-    except ValueError:
+    except (ValueError, IsADirectoryError):
         found = {}
     if not isinstance(found, dict) or found.get("format") != _NAME:
         raise ConfigurationError(f"{str(marker)!r} is not a statekeeper format marker")
@@ -215,3 +236,94 @@ def _decoded(name: str) -> str | None:
         return decode_name(name)
     except ValueError:
         return None
+
+
+# -- whole threads (the caller holds their locks) -------------------------------------
+
+
+def remove_thread(store: Store, thread_id: str) -> None:
+    """Delete a thread's folder: one rename makes it vanish for readers at once."""
+    doomed = store.trash / f"deleted-{os.urandom(8).hex()}"
+    try:
+        store.thread_dir(thread_id).rename(doomed)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise storage_error(exc, "delete", store.thread_dir(thread_id)) from exc
+    store.sync(store.threads)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def copy_thread(store: Store, source: str, target: str) -> None:
+    """Copy every namespace of ``source`` to ``target`` (which has no checkpoints),
+    built aside and published with one rename. Value files are hard links
+    when the file system allows (they are never modified in place). The caller holds
+    the target's lock, which the folders in ``trash/`` name (see :func:`trash_name`)."""
+    if not store.thread_dir(source).is_dir():
+        return
+    staging = store.trash / trash_name("copy", file_name(target))
+    copied: set[str] = set()
+    try:
+        staging.mkdir()
+        existing = store.thread_dir(target)
+        for n in store.namespaces(source):
+            with reporting(n):
+                entries = n.entries()
+                writes = n.write_entries()
+            copy = staging / n.dir.name
+            copy.mkdir()
+            for sub in SUBDIRS:
+                (copy / sub).mkdir()
+                for name in names_in(n.dir / sub):
+                    _link(store, n.dir / sub / name, copy / sub / name)
+                store.sync(copy / sub)
+            # the target's pending writes (of no checkpoint yet) are kept, after these
+            theirs = Namespace(target, n.ns, existing / n.dir.name, store.durable, store.heads)
+            with reporting(theirs):
+                writes += theirs.write_entries()
+            for path, kind, lines in (
+                (WRITES, WRITES, writes),
+                (CHECKPOINTS, CHECKPOINTS, entries),
+            ):
+                rewrite(copy / path, kind, target, n.ns, lines, durable=store.durable)
+            copied.add(n.ns)
+        copied |= _link_others(store, existing, staging, target)
+        write_manifest(staging, target, copied, durable=store.durable)
+        old = store.trash / trash_name("replaced", file_name(target))
+        with contextlib.suppress(FileNotFoundError):
+            existing.rename(old)
+        try:
+            staging.rename(existing)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                old.rename(existing)  # put the target's pending writes back
+            raise
+        store.sync(store.threads)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise storage_error(exc, "copy", store.thread_dir(source)) from exc
+        raise
+
+
+def _link_others(store: Store, existing: Path, staging: Path, target: str) -> set[str]:
+    """Link the files of the target's other namespaces (those the copy does not
+    replace) into ``staging``; return the namespaces the target's manifest lists."""
+    names: set[str] = set()
+    for folder, _, files in os.walk(existing):
+        for name in files:
+            relative = (Path(folder) / name).relative_to(existing)
+            if relative == Path(MANIFEST):
+                names |= listed(existing, target)
+            elif not name.startswith(".") and not (staging / relative).exists():
+                (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+                _link(store, existing / relative, staging / relative)
+    return names
+
+
+def _link(store: Store, source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # no hard links here (another device, FAT, some network mounts)
+        replace_file(target, read_bytes(source), durable=store.durable)

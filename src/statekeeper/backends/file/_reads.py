@@ -409,7 +409,13 @@ def _announced(catalog: Catalog, key: Key) -> bool:
 
 
 def scan_threads(store: Store) -> Iterator[Scanned]:
-    """Every thread folder as a rebuild of the index reads it (:func:`scan_thread`)."""
+    """Every thread folder as a rebuild of the index reads it (:func:`scan_thread`).
+
+    Raises:
+        StorageError: the ``threads`` folder is not one (an index built from no threads
+            would hide them all).
+    """
+    store.check_threads()
     for name in names_in(store.threads):
         if (store.threads / name).is_dir():
             yield scan_thread(store, store.threads / name)

@@ -1,4 +1,5 @@
-"""The directory of a file checkpointer, and the operations that span namespaces.
+"""The directory of a file checkpointer, and the operations that span namespaces
+(deleting and copying a whole thread folder are in :mod:`._directory`).
 
 ::
 
@@ -25,18 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import shutil
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from statekeeper._storage.files import (
-    KeyLocks,
-    read_bytes,
-    replace_file,
-    storage_error,
-)
+from statekeeper._storage.files import KeyLocks, storage_error
 from statekeeper._storage.files import sync_dir as _sync_dir
 from statekeeper.backends.file._directory import (
     HEADS,
@@ -55,7 +50,7 @@ from statekeeper.backends.file._layout import (
 from statekeeper.backends.file._log import write as _log
 from statekeeper.backends.file._log.catalog import Catalog
 from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex, Entry
-from statekeeper.backends.file._log.manifest import MANIFEST, listed, write_manifest
+from statekeeper.backends.file._log.manifest import listed, write_manifest
 from statekeeper.backends.file._log.view import IndexView
 from statekeeper.backends.file._namespace import (
     SUBDIRS,
@@ -65,7 +60,7 @@ from statekeeper.backends.file._namespace import (
     reporting,
 )
 from statekeeper.backends.file._retire import replace
-from statekeeper.errors import CorruptCheckpointError, Damage
+from statekeeper.errors import CorruptCheckpointError, Damage, StorageError
 
 __all__ = ["CLAIMS_DIR", "Store", "thread_locks", "trash_lock", "trash_name"]
 
@@ -146,8 +141,39 @@ class Store:
             self._namespaces[thread_id, ns] = found
         return found
 
+    def threads_problem(self) -> str | None:
+        """What is wrong with the ``threads`` folder: None if it is a folder (or missing,
+        as before a read-write open creates it)."""
+        try:
+            if stat.S_ISDIR(self.threads.stat().st_mode):
+                return None
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        return "is not a folder"
+
+    def check_threads(self) -> None:
+        """Raise StorageError if the ``threads`` folder is not one: reads and listings
+        must not take damaged storage for storage without threads.
+
+        Raises:
+            StorageError: it is there but not a folder, or cannot be read; the message
+                names its path.
+        """
+        if (problem := self.threads_problem()) is not None:
+            raise StorageError(
+                f"{str(self.threads)!r} {problem}: the checkpoint directory is damaged and "
+                "no thread can be read; run verify() to list the damage, or restore a backup"
+            )
+
     def thread_ids(self) -> list[str]:
-        """Every thread that has a namespace folder with a ``checkpoints`` file."""
+        """Every thread that has a namespace folder with a ``checkpoints`` file.
+
+        Raises:
+            StorageError: the ``threads`` folder is not one (:meth:`check_threads`).
+        """
+        self.check_threads()
         found = []
         for name in names_in(self.threads):
             if not is_hashed(name):
@@ -168,6 +194,7 @@ class Store:
         Raises:
             CorruptCheckpointError: a shortened folder's header, or the manifest, is
                 damaged.
+            StorageError: none was found, and the ``threads`` folder is not one.
         """
         thread_dir = self.thread_dir(thread_id)
         found = []
@@ -192,6 +219,8 @@ class Store:
                 found.append(n)
         if self.heads:
             found += self._listed_but_gone(thread_id, {n.ns for n in found})
+        if not found:
+            self.check_threads()
         return found
 
     def _listed_but_gone(self, thread_id: str, present: set[str]) -> list[Namespace]:
@@ -240,7 +269,8 @@ class Store:
         the intact lines; but never past lost lines, which a writer always raises for).
         A missing log that had lines raises CorruptCheckpointError. ``again``: the log
         was checked against its head moments ago by the same read, which only looks up
-        lines by id now (a line lost since is then missing, which is damage too)."""
+        lines by id now (a line lost since is then missing, which is damage too). A
+        missing log where the ``threads`` folder is not one raises StorageError."""
         on_damage: Callable[[DamagedIndex], None] | None = None
         if self.lenient:
 
@@ -269,6 +299,7 @@ class Store:
             raise corrupt_error(n, found, n.index, str(damage), damage.record) from None
         except (FileNotFoundError, NotADirectoryError):
             self._missing_log(n)
+            self.check_threads()
             raise
 
     def _missing_log(self, n: Namespace) -> None:
@@ -411,89 +442,3 @@ class Store:
             )
         except OSError as exc:
             raise storage_error(exc, "update", n.index) from exc
-
-    # -- whole threads -----------------------------------------------------------------
-
-    def remove_thread(self, thread_id: str) -> None:
-        """Delete a thread's folder: one rename makes it vanish for readers at once."""
-        doomed = self.trash / f"deleted-{os.urandom(8).hex()}"
-        try:
-            self.thread_dir(thread_id).rename(doomed)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise storage_error(exc, "delete", self.thread_dir(thread_id)) from exc
-        self.sync(self.threads)
-        shutil.rmtree(doomed, ignore_errors=True)
-
-    def copy_thread(self, source: str, target: str) -> None:
-        """Copy every namespace of ``source`` to ``target`` (which has no checkpoints),
-        built aside and published with one rename. Value files are hard links
-        when the file system allows (they are never modified in place). The caller holds
-        the target's lock, which the folders in ``trash/`` name (see :func:`trash_name`)."""
-        if not self.thread_dir(source).is_dir():
-            return
-        staging = self.trash / trash_name("copy", file_name(target))
-        copied: set[str] = set()
-        try:
-            staging.mkdir()
-            existing = self.thread_dir(target)
-            for n in self.namespaces(source):
-                with reporting(n):
-                    entries = n.entries()
-                    writes = n.write_entries()
-                copy = staging / n.dir.name
-                copy.mkdir()
-                for sub in SUBDIRS:
-                    (copy / sub).mkdir()
-                    for name in names_in(n.dir / sub):
-                        self._link(n.dir / sub / name, copy / sub / name)
-                    self.sync(copy / sub)
-                # the target's pending writes (of no checkpoint yet) are kept, after these
-                theirs = Namespace(target, n.ns, existing / n.dir.name, self.durable, self.heads)
-                with reporting(theirs):
-                    writes += theirs.write_entries()
-                for path, kind, lines in (
-                    (WRITES, WRITES, writes),
-                    (CHECKPOINTS, CHECKPOINTS, entries),
-                ):
-                    _log.rewrite(copy / path, kind, target, n.ns, lines, durable=self.durable)
-                copied.add(n.ns)
-            copied |= self._link_others(existing, staging, target)
-            write_manifest(staging, target, copied, durable=self.durable)
-            old = self.trash / trash_name("replaced", file_name(target))
-            with contextlib.suppress(FileNotFoundError):
-                existing.rename(old)
-            try:
-                staging.rename(existing)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    old.rename(existing)  # put the target's pending writes back
-                raise
-            self.sync(self.threads)
-            shutil.rmtree(old, ignore_errors=True)
-        except BaseException as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            if isinstance(exc, OSError):
-                raise storage_error(exc, "copy", self.thread_dir(source)) from exc
-            raise
-
-    def _link_others(self, existing: Path, staging: Path, target: str) -> set[str]:
-        """Link the files of the target's other namespaces (those the copy does not
-        replace) into ``staging``; return the namespaces the target's manifest lists."""
-        names: set[str] = set()
-        for folder, _, files in os.walk(existing):
-            for name in files:
-                relative = (Path(folder) / name).relative_to(existing)
-                if relative == Path(MANIFEST):
-                    names |= listed(existing, target)
-                elif not name.startswith(".") and not (staging / relative).exists():
-                    (staging / relative).parent.mkdir(parents=True, exist_ok=True)
-                    self._link(existing / relative, staging / relative)
-        return names
-
-    def _link(self, source: Path, target: Path) -> None:
-        try:
-            os.link(source, target)
-        except OSError:  # no hard links here (another device, FAT, some network mounts)
-            replace_file(target, read_bytes(source), durable=self.durable)

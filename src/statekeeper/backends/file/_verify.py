@@ -34,8 +34,12 @@ reported.
 
 Last, the index (``index/``) is checked against each thread, under its locks: damaged or
 missing files, a checkpoint it lacks, a head other than the thread's are reported (what a
-killed writer leaves, the index ahead of the threads, is not damage). A repair or a
-quarantine that changed anything, or found the index damaged or ahead, rebuilds it.
+killed writer leaves, the index ahead of the threads, is not damage); so is a thread it
+gives a newest checkpoint whose folder is missing (no writer leaves that: its checkpoints
+were lost). A repair or a quarantine that changed anything, or found the index damaged or
+ahead, rebuilds it.
+
+A ``threads`` folder that is not a folder is reported alone: no thread can be checked.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from statekeeper.backends.file._layout import (
 from statekeeper.backends.file._log import write as _log
 from statekeeper.backends.file._log.catalog_view import Audit
 from statekeeper.backends.file._log.check import LogCheck, check_log, repair_log
+from statekeeper.backends.file._log.head import head_path
 from statekeeper.backends.file._log.lines import CHECKPOINTS, WRITES, DamagedIndex, Entry
 from statekeeper.backends.file._log.manifest import MANIFEST, read_manifest, write_manifest
 from statekeeper.backends.file._log.view import IndexView, Lost
@@ -107,7 +112,11 @@ class _Asked:
 def verify(store: Store, *, quarantine: bool, repair: bool) -> list[CorruptFile]:
     """See the module docstring. Thread by thread; returns every problem found (before
     anything was moved or repaired). On read-only storage nothing is changed (the
-    caller refuses ``quarantine`` and ``repair`` there)."""
+    caller refuses ``quarantine`` and ``repair`` there). A ``threads`` folder that is not
+    one is the one problem reported (and nothing is changed): no thread can be checked."""
+    if (problem := store.threads_problem()) is not None:
+        reason = f"threads/ {problem}: no thread can be read"
+        return [CorruptFile(store.threads, reason, record="index")]
     if not store.read_only:
         _empty_trash(store)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ") + f"-{os.getpid()}"
@@ -127,9 +136,26 @@ def verify(store: Store, *, quarantine: bool, repair: bool) -> list[CorruptFile]
             found.extend(_verify_thread(store, thread_dir, asked))
     if audit is None:
         return found
+    for thread_id in audit.unseen():
+        thread_dir = store.thread_dir(thread_id)
+        locks = thread_locks(thread_dir.name)
+        held = store.locks.hold_shared(*locks) if store.read_only else store.locks.hold(*locks)
+        with held:
+            if not thread_dir.exists():
+                audit.missing(thread_id)
     index = [
         CorruptFile(path or catalog.folder, reason, record="index")
         for reason, path in audit.findings()
+    ]
+    index += [
+        CorruptFile(
+            store.thread_dir(thread_id),
+            f"the index lists thread {thread_id!r} (newest checkpoint {head!r}), but its "
+            "folder is missing: its checkpoints are lost",
+            thread_id,
+            record="index",
+        )
+        for thread_id, head in audit.gone
     ]
     if (quarantine or repair) and (index or audit.ahead or found):  # rebuilt: reads use it
         catalog.rebuild(lambda: scan_threads(store), wait=True)
@@ -376,6 +402,9 @@ def _quarantine(store: Store, findings: _Findings, stamp: str) -> None:
     """Move each damaged value file aside; keep a copy of each log with damaged lines or
     lines of checkpoints that cannot load, and rewrite it without them."""
     n, doomed = findings.n, findings.doomed
+    for head in (head_path(n.index), head_path(n.writes_log)):  # a rewrite writes it anew
+        if head.is_dir():
+            _move(store, head, stamp)
     for item in findings.problems:
         if item.path not in (n.index, n.writes_log):
             _move(store, item.path, stamp)
@@ -392,8 +421,11 @@ def _quarantine(store: Store, findings: _Findings, stamp: str) -> None:
 
 def _keep_copy(store: Store, path: Path, stamp: str) -> None:
     """Copy ``path`` whole into quarantine, durably, before it is rewritten (if it is
-    there)."""
+    there); a directory in its place is moved there."""
     if not path.exists():
+        return
+    if path.is_dir():  # no bytes to copy, and the rewrite needs its name
+        _move(store, path, stamp)
         return
     target = _target(store, path, stamp)
     replace_file(target, read_bytes(path), durable=store.durable)

@@ -58,6 +58,7 @@ from statekeeper._storage.payload import safe_serde
 from statekeeper._storage.remembered import RecentPayloads
 from statekeeper._storage.worker import BatchWorker, run_each
 from statekeeper.backends.file import DirectoryOptions, directory_path, opening
+from statekeeper.backends.file._directory import copy_thread, remove_thread
 from statekeeper.backends.file._log.catalog import Catalog, Change
 from statekeeper.backends.file._log.lines import Entry, make_entry
 from statekeeper.backends.file._namespace import (
@@ -379,7 +380,7 @@ class FileCheckpointer(Checkpointer):
             with store.lock(thread_id), self._change(thread_id) as change:
                 if store.thread_dir(thread_id).exists():
                     change.pending()
-                    store.remove_thread(thread_id)
+                    remove_thread(store, thread_id)
                     change.gone()
             self._compact(change)
 
@@ -406,7 +407,7 @@ class FileCheckpointer(Checkpointer):
                 for n in store.namespaces(source):  # announced in the index first
                     change.intent(n.ns, [e.checkpoint_id for e in n.entries() if not e.deleted])
                 change.pending()
-                store.copy_thread(source, target)
+                copy_thread(store, source, target)
         self._compact(change)
 
     def _keep_latest(self, ids: Sequence[str]) -> None:

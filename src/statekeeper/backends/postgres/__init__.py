@@ -6,7 +6,9 @@ its own migrations there (:mod:`._database`). Only this package imports ``psycop
 A URL is a libpq connection URI plus statekeeper's own options. Query options that libpq
 knows (``sslmode``, ``sslrootcert``, ``application_name``, ``connect_timeout``,
 ``options``, ``target_session_attrs``, ``keepalives``...) go to libpq unchanged; the
-others are the backend's (:data:`POOL_OPTIONS`, plus each class's own).
+others are the backend's (:data:`POOL_OPTIONS`, plus each class's own). A URL must name
+a host, and its ports must be numbers (:func:`_check_hosts`); a first connection that
+fails is told in one line by :func:`connect_error`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from statekeeper.errors import ConfigurationError
+from statekeeper.errors import ConfigurationError, StatekeeperError, StorageError
 from statekeeper.urls import StorageURL, redact
 
 if TYPE_CHECKING:
@@ -33,6 +35,7 @@ __all__ = [
     "Connection",
     "Freshness",
     "LoopPool",
+    "connect_error",
     "decode_id",
     "encode_id",
     "keep_open",
@@ -78,12 +81,20 @@ class Connection:
     @classmethod
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Connection:
         """The connection a URL names, with the pool ``options`` (already merged from the
-        URL's query and keywords; see :func:`split_options`)."""
+        URL's query and keywords; see :func:`split_options`).
+
+        Raises:
+            ConfigurationError: the URL names no host, or a port that is not a number
+                from 1 to 65535 (see :func:`_check_hosts`), or a bad option.
+        """
         parts = urlsplit(url.raw)
         libpq = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in LIBPQ]
+        _check_hosts(parts.netloc, dict(libpq), redact(url.raw))
         # %20 for a space: libpq reads "+" in a URI as a plus sign, not as a space
         query = urlencode(libpq, quote_via=quote)
         conninfo = parts._replace(scheme="postgresql", query=query).geturl()
+        if not parts.netloc:  # postgresql:///db?host=/run/postgresql: geturl drops the "//"
+            conninfo = "postgresql://" + conninfo.removeprefix("postgresql:")
         made = cls(conninfo, redact(url.raw).split("?", 1)[0], **dict(options))
         made.check()
         return made
@@ -123,6 +134,90 @@ LIBPQ = frozenset(
     ssl_min_protocol_version ssl_max_protocol_version gssencmode krbsrvname gsslib
     gssdelegation target_session_attrs load_balance_hosts""".split()  # noqa: SIM905
 )
+
+
+def _check_hosts(netloc: str, libpq: Mapping[str, str], shown: str) -> None:
+    """Refuse, at once, a URL libpq could not connect with the way it was meant.
+
+    A host is required: in the authority (``host[:port]``, several separated by commas,
+    ``[v6 address]``), or as libpq's ``host``, ``hostaddr`` or ``service`` option
+    (``postgresql:///db?host=/run/postgresql`` for a Unix socket). Without one, libpq
+    would pick the host from the environment or a Unix socket, which a URL copied from
+    the SQLite form (``postgresql:///db``) never meant. Each port given must be a number
+    from 1 to 65535. The port, user, password and database may be left out: libpq's
+    defaults apply (5432, the login name, ``PGPASSWORD`` or ``.pgpass``, a database
+    named as the user).
+
+    Raises:
+        ConfigurationError: no host, or a bad port (``shown``: the URL, redacted).
+    """
+    authority = netloc.rpartition("@")[2]
+    hosts: list[str] = []
+    ports = [p for p in libpq.get("port", "").split(",") if p]
+    for each in authority.split(",") if authority else ():
+        if each.startswith("["):  # [v6 address][:port]
+            host, _, port = each[1:].partition("]")
+            port = port.removeprefix(":")
+        else:
+            host, _, port = each.partition(":")
+        hosts.append(host)
+        ports += [port] if port else []
+    if not all(p.isascii() and p.isdigit() and 0 < int(p) < 65536 for p in ports):
+        raise ConfigurationError(
+            f"bad port in PostgreSQL URL {shown!r}: a port is a number from 1 to 65535"
+        )
+    if not any(hosts) and not any(libpq.get(k) for k in ("host", "hostaddr", "service")):
+        raise ConfigurationError(
+            f"PostgreSQL URL {shown!r} names no host; write postgresql://HOST[:PORT]/DATABASE"
+            " (a Unix socket: postgresql:///DATABASE?host=/run/postgresql)"
+        )
+
+
+# What a failed connection said, matched on libpq's and the server's English messages
+# (another lc_messages gets the last row), and what to do. The first three are mistakes
+# in the URL or in the server's setup that retrying for pool_timeout cannot fix.
+_FAILURES: tuple[tuple[str, type[StatekeeperError], str], ...] = (
+    (
+        r"database .* does not exist",
+        ConfigurationError,
+        "create it (createdb NAME) or name an existing database in the URL",
+    ),
+    (
+        r"role .* does not exist|authentication failed|password|pg_hba\.conf",
+        ConfigurationError,
+        "check the user and password (in the URL, PGPASSWORD or ~/.pgpass) and that the "
+        "server lets that user connect to that database (pg_hba.conf)",
+    ),
+    (
+        r"SSL|TLS|certificate|sslmode",
+        ConfigurationError,
+        "make the URL's sslmode (and sslrootcert, sslcert, sslkey) match the server's TLS "
+        "setup: a server without TLS needs sslmode=prefer or disable",
+    ),
+    (
+        r"",  # anything else: refused, timed out, unknown host name
+        StorageError,
+        "check that the server is up and accepts connections at that host and port",
+    ),
+)
+# what libpq puts before the reason: "connection failed: connection to server at
+# "127.0.0.1", port 1 failed: FATAL:  database "x" does not exist"
+_PREFIX = re.compile(
+    r"^(connection (failed|is bad): )?(connection to server .*? failed: )?((FATAL|ERROR): +)?"
+)
+
+
+def connect_error(connection: Connection, exc: Exception) -> StatekeeperError:
+    """Why connecting to ``connection`` failed, in one line: where (the URL without its
+    password), what libpq or the server said, and what to do. A
+    :class:`~statekeeper.errors.ConfigurationError` for a database or role that does not
+    exist, a refused password and a TLS mismatch (no retry fixes those), else a
+    :class:`~statekeeper.errors.StorageError` (a server down or out of reach)."""
+    lines = str(exc).strip().splitlines()
+    said = _PREFIX.sub("", lines[0]).strip() if lines else ""
+    kind, advice = next((k, a) for p, k, a in _FAILURES if re.search(p, said))
+    reason = said or type(exc).__name__
+    return kind(f"cannot connect to PostgreSQL at {connection.display}: {reason}; {advice}")
 
 
 def split_options(url: StorageURL) -> dict[str, str]:

@@ -12,6 +12,12 @@ Connections are in autocommit mode: a single statement is its own transaction, a
 operation that needs several in one transaction yields ``Q(BEGIN)``... ``Q(COMMIT)``;
 if it fails midway, the runner rolls back, so nothing is half-written.
 
+Opening connects once, directly, before the pool exists, and hands that connection to the
+pool: a server that refuses, an unknown database or role, a refused password or TLS setup
+fail at once in one line (:func:`~statekeeper.backends.postgres.connect_error`), where
+the pool would retry for ``pool_timeout`` and log every attempt. Once open, the pool
+retries as before.
+
 Lost connections: the pool checks a connection idle for a while before handing it out
 (:class:`~statekeeper.backends.postgres.Freshness`; optional), and an operation that
 failed because its connection broke (``OperationalError``) drains the pool and is run
@@ -38,7 +44,14 @@ import psycopg_pool
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from statekeeper.backends.postgres import Connection, Freshness, LoopPool, keep_open, release
+from statekeeper.backends.postgres import (
+    Connection,
+    Freshness,
+    LoopPool,
+    connect_error,
+    keep_open,
+    release,
+)
 from statekeeper.backends.postgres._running import BEGIN, COMMIT, Op, Q, adrive, drive, lost
 from statekeeper.errors import (
     ReadOnlyError,
@@ -101,9 +114,12 @@ class Database:
         self._kwargs: dict[str, Any] = {"autocommit": True, "context": _ADAPTERS}
         if connection.read_only:
             self._kwargs["options"] = "-c default_transaction_read_only=on"
+        self._first: list[psycopg.Connection[Any]] = []  # made here, until the pool takes it
         try:
+            self._first.append(self._connect_first())
             self._pool = ConnectionPool(
                 connection.conninfo,
+                connection_class=_handing_over(self._first),
                 kwargs=self._conn_kwargs(),
                 min_size=connection.pool_min_size,
                 max_size=connection.pool_max_size,
@@ -127,6 +143,21 @@ class Database:
             if given:
                 kwargs["options"] = f"{given} {kwargs['options']}"
         return kwargs
+
+    def _connect_first(self) -> psycopg.Connection[Any]:
+        """The first connection, made directly (waiting at most ``pool_timeout`` unless the
+        URL sets ``connect_timeout``), the pool's first once it is open.
+
+        Raises:
+            StatekeeperError: it failed (:func:`connect_error`).
+        """
+        kwargs = self._conn_kwargs()
+        if "connect_timeout" not in psycopg.conninfo.conninfo_to_dict(self.connection.conninfo):
+            kwargs["connect_timeout"] = max(1, round(self.connection.pool_timeout))
+        try:
+            return psycopg.connect(self.connection.conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise connect_error(self.connection, exc) from exc
 
     def connect(self) -> psycopg.Connection[Any]:
         """A connection of its own, outside the pool (a claim holds one for its duration).
@@ -412,5 +443,24 @@ class Database:
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.close()
+        for unused in self._first:  # opening failed before the pool took it
+            unused.close()
         for each in kept:
             release(each)
+
+
+def _handing_over(first: list[psycopg.Connection[Any]]) -> type[psycopg.Connection[Any]]:
+    """The pool's connection class: its ``connect`` hands over the connection in
+    ``first`` (the one opening made) if it is still there, and connects otherwise. The
+    pool starts with the connection that proved the server answers, so opening costs no
+    connection more than the pool alone."""
+
+    class HandingOver(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return first.pop()  # atomic: two of the pool's workers never share it
+            except IndexError:
+                return super().connect(conninfo, **kwargs)
+
+    return HandingOver

@@ -43,6 +43,7 @@ from statekeeper._storage.worker import BatchWorker
 from statekeeper.backends.postgres import (
     POOL_OPTIONS,
     Connection,
+    connect_error,
     decode_id,
     encode_id,
     split_options,
@@ -387,12 +388,18 @@ class PostgresCheckpointer(Checkpointer):
 
         Raises:
             StorageError: the server cannot be reached.
+            ConfigurationError: the URL is malformed, or connecting with it cannot work
+                (:func:`~statekeeper.backends.postgres.connect_error`).
         """
         merged = parse_options("PostgreSQL", _OPTIONS, split_options(url), {})
         pool = {k: merged.pop(k) for k in list(merged) if k in POOL_OPTIONS}
         connection = Connection.from_url(url, pool)
         try:
-            with psycopg.connect(connection.conninfo, autocommit=True) as conn:
+            conn = psycopg.connect(connection.conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise connect_error(connection, exc) from exc
+        try:
+            with conn:
                 found = conn.execute(
                     "SELECT 1 FROM pg_namespace WHERE nspname = %s", (connection.schema,)
                 ).fetchone()

@@ -189,14 +189,18 @@ def unpack(data: bytes, count: int, start: int = 0) -> tuple[list[bytes], bytes]
     bytes after them.
 
     Raises:
-        ValueError: ``data`` does not hold ``count`` parts.
+        ValueError: ``data`` does not hold ``count`` parts (the message says why, in
+            words: it ends up in what a damaged record is reported with).
     """
     parts: list[bytes] = []
     pos = start
     for _ in range(count):
-        colon = data.index(b":", pos)
-        end = colon + 1 + int(data[pos:colon])
-        if end > len(data) or end <= colon:
+        colon = data.find(b":", pos)
+        size = data[pos:colon] if colon != -1 else b""
+        if not size.isdigit():  # ASCII digits only (bytes), no sign
+            raise ValueError("a part's length is missing or is not a number")
+        end = colon + 1 + int(size)
+        if end > len(data):
             raise ValueError("a length-prefixed part runs past the end of the data")
         parts.append(data[colon + 1 : end])
         pos = end

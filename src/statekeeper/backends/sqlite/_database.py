@@ -78,7 +78,8 @@ class Database:
     * ``mode="ro"``, or a file (or its directory) that is not writable: opened read-only
       (``read_only`` is true); a missing file raises
       :class:`~statekeeper.errors.StorageNotFoundError` and nothing is created; a write
-      transaction raises :class:`~statekeeper.errors.ReadOnlyError`.
+      transaction raises :class:`~statekeeper.errors.ReadOnlyError`. A path that is a
+      directory raises :class:`~statekeeper.errors.ConfigurationError`.
     * Every ``sqlite3`` error leaving :meth:`transaction` is wrapped in
       :class:`~statekeeper.errors.StorageError` naming the file; damage SQLite finds
       itself ("database disk image is malformed", a short read of a truncated file) is a
@@ -160,6 +161,11 @@ class Database:
         read-only when asked or when the file is not writable."""
         if self.path == MEMORY:
             return self._sqlite(MEMORY, uri=False)  # empty, so "read-only" only refuses writes
+        if Path(self.path).is_dir():  # else SQLite says "disk I/O error" or "unable to open"
+            raise ConfigurationError(
+                f"{self.path!r} is a directory, not a SQLite database file; name a file, "
+                f"such as sqlite:///{Path(self.path) / 'state.db'}"
+            )
         exists = Path(self.path).exists()
         if self.read_only and not exists:
             raise StorageNotFoundError(
@@ -362,8 +368,14 @@ def wrap(exc: sqlite3.Error | UnicodeDecodeError, path: str) -> StorageError:
         hint = "the file is not a SQLite database or is corrupt; check the path"
     elif "readonly" in message or "read-only" in message:
         hint = "the file or its directory is not writable"
+    elif message.startswith(("no such table", "no such column")):
+        # the migrations recorded made them: something else dropped or altered them
+        hint = (
+            "the file is not a complete statekeeper database: its statekeeper tables were "
+            "altered or dropped; restore it from a backup, or use a new file"
+        )
     else:
-        hint = "see the cause above"
+        hint = "check the file, its directory and the disk"
     return StorageError(f"SQLite error on {path!r}: {message} ({hint})")
 
 

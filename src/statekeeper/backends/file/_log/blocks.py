@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 from statekeeper.backends.file._log.lines import DamagedIndex
 
@@ -17,13 +18,20 @@ class LogBlocks:
     its lines, read in blocks (one cached) around what is asked for.
 
     Raises:
-        DamagedIndex: the log has no complete header line (record ``"index"``).
+        DamagedIndex: the log has no complete header line, or is not a regular file (a
+            directory in its place; record ``"index"``).
     """
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._cache = (0, b"")  # (offset, bytes): the last block read
-        self.size = os.fstat(fd).st_size
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            # opening a directory for reading succeeds; reading it fails with an EISDIR
+            # that names no path: say what is wrong, as for any other damaged log
+            kind = "a directory" if stat.S_ISDIR(found.st_mode) else "not a regular file"
+            raise DamagedIndex(f"it is {kind}, not a log file", record="index")
+        self.size = found.st_size
         header_end = self.find_newline(0)
         if header_end is None:
             raise DamagedIndex("the header line is missing or torn", record="index")

@@ -450,6 +450,8 @@ def read_sorted(folder: Path, kind: str, state: State) -> list[tuple[Key, bytes]
         data = read_bytes(path)
     except (FileNotFoundError, NotADirectoryError):
         raise CatalogDamage("the file is missing", path) from None
+    except IsADirectoryError:
+        raise CatalogDamage("it is a directory, not a file", path) from None
     if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
         raise CatalogDamage("its content is not what was written (size or SHA-256)", path)
     rows = data.split(b"\n")[:-1]

@@ -413,7 +413,11 @@ class Audit:
     *ahead* where it names checkpoints, heads or threads that are not there, or heads
     still pending (what a killed writer leaves, and what reads check: no damage, but a
     repair rebuilds it). A thread that disagrees is checked again against the index read
-    anew, if it changed meanwhile (a change made between the two reads is no damage)."""
+    anew, if it changed meanwhile (a change made between the two reads is no damage).
+
+    A thread whose folder is missing while the index gives it a newest root checkpoint
+    (not pending) is *gone*: damage, since no writer leaves that (a delete marks the head
+    pending before it removes the folder), so the thread's checkpoints were lost."""
 
     def __init__(self, load: Callable[[], Contents], stamp: Callable[[], object]) -> None:
         self._load = load
@@ -421,6 +425,7 @@ class Audit:
         self.contents = load()
         self.ahead = False
         self.behind: list[str] = []
+        self.gone: list[tuple[str, str]] = []  # (thread id, the head the index gives it)
         self._seen: set[str] = set()
 
     def check(self, thread_id: str, checkpoints: Mapping[str, Sequence[str]], head: Any) -> None:
@@ -435,6 +440,26 @@ class Audit:
                     return
             if self._disagrees(thread_id, checkpoints, head):
                 self.behind.append(thread_id)
+
+    def unseen(self) -> list[str]:
+        """The threads the index gives a newest root checkpoint that :meth:`check` was not
+        given (their folders may be gone: see :meth:`missing`)."""
+        if self.contents.problem is not None:
+            return []
+        heads = self.contents.heads
+        return sorted(
+            t for t, head in heads.items() if isinstance(head, str) and t not in self._seen
+        )
+
+    def missing(self, thread_id: str) -> None:
+        """The folder of ``thread_id`` is missing (the caller holds the thread's locks):
+        note it as *gone* if the index, read anew if it changed, still gives the thread a
+        newest root checkpoint."""
+        if self._stamp() != self.contents.stamp:
+            self.contents = self._load()
+        head = self.contents.heads.get(thread_id)
+        if self.contents.problem is None and isinstance(head, str):
+            self.gone.append((thread_id, head))
 
     def _disagrees(
         self, thread_id: str, checkpoints: Mapping[str, Sequence[str]], head: Any

@@ -132,9 +132,12 @@ def read_head(fd: int, path: Path, kind: str) -> Head:
     """The newest intact slot of the head open on ``fd`` (at ``path``).
 
     Raises:
-        DamagedIndex: no slot is intact (record ``"head"``).
+        DamagedIndex: no slot is intact, or it is a directory (record ``"head"``).
     """
-    data = os.pread(fd, 2 * SLOT, 0)
+    try:
+        data = os.pread(fd, 2 * SLOT, 0)
+    except IsADirectoryError:  # opening one to read succeeds; this error names no path
+        raise DamagedIndex(f"its head {path.name} is a directory", record="head") from None
     slots = [data[:SLOT], data[SLOT : 2 * SLOT]]
     # check the slot that says it is newer first: usually the only one parsed
     slots.sort(key=_claimed_seq, reverse=True)

@@ -143,6 +143,8 @@ class IndexView(LogBlocks):
             fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
         except FileNotFoundError:
             return DamagedIndex(f"its head {path.name} is missing", record="head")
+        except IsADirectoryError:  # opened to write (read_head says it when reading)
+            return DamagedIndex(f"its head {path.name} is a directory", record="head")
         try:
             self.head = read_head(fd, path, self.kind)
         except DamagedIndex as problem:

@@ -69,13 +69,13 @@ class Record:
         start = body_start(ref, data, "checkpoint", "cp")
         try:
             (run, nload, nextra), rest = unpack_parts(data, 3, start)
-            count = int(nload) + int(nextra)
+            count = _number(nload) + _number(nextra)
             parts, checkpoint = unpack_parts(rest, count + 4)
             parent, type_, codec, metadata = parts[count:]
             record = cls(
                 run=run,
                 fields=parts[:count],
-                nload=int(nload),
+                nload=_number(nload),
                 parent=parent.decode() if parent else None,
                 type=type_.decode(),
                 codec=codec.decode(),
@@ -84,7 +84,7 @@ class Record:
                 sealed=start > 0,
             )
         except ValueError as exc:
-            raise Bad(f"the record cannot be read ({exc})", "checkpoint", "cp", ref) from None
+            raise Bad(f"the record cannot be read ({_why(exc)})", "checkpoint", "cp", ref) from None
         try:
             record.metadata = json.loads(metadata)
         except (ValueError, RecursionError) as exc:
@@ -161,10 +161,11 @@ def parse_value(value_field: bytes, data: bytes) -> tuple[StoredValue, bytes]:
             codec.decode(),
             payload,
             base.decode() or None,
-            int(checksum) if checksum else None,
+            _number(checksum) if checksum else None,
         )
     except ValueError as exc:
-        raise Bad(f"the value cannot be read ({exc})", "value", "blobs", value_field) from None
+        reason = f"the value cannot be read ({_why(exc)})"
+        raise Bad(reason, "value", "blobs", value_field) from None
     if sealed:
         check_head(value_field, data, len(data) - len(payload), "value", "blobs")
         if value.crc is None:
@@ -258,9 +259,16 @@ def decode_writes(
         try:
             _, _, task_id, idx = split_ordered(write_field)
             (ch, path, type_, codec), payload = unpack_parts(value, 4, start)
-            row = (path.decode(), task_id, int(idx), ch.decode(), type_.decode(), codec.decode())
+            row = (
+                path.decode(),
+                task_id,
+                _number(idx),
+                ch.decode(),
+                type_.decode(),
+                codec.decode(),
+            )
         except ValueError as exc:
-            reason = f"the write cannot be read ({exc})"
+            reason = f"the write cannot be read ({_why(exc)})"
             raise Bad(reason, "writes", "writes", write_field) from None
         if channel is None or row[3] == channel:
             rows.append((row, payload, write_field, start > 0))
@@ -301,3 +309,21 @@ def encode_write(
     its task id and index), sealed: channel, task path, type, codec, bytes."""
     header = head((channel.encode(), task_path.encode(), type_.encode(), codec.encode()))
     return seal(write_field, header, data)
+
+
+def _number(text: bytes | str) -> int:
+    """A count, index or checksum of a stored record.
+
+    Raises:
+        ValueError: it is not a number, said in words (int() would quote the bytes).
+    """
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("a count, index or checksum in it is not a number") from None
+
+
+def _why(exc: ValueError) -> str:
+    """Why a record's parts cannot be read, in words: decode() says "'utf-8' codec can't
+    decode byte 0xff in position 0: ..."; the others already are."""
+    return "a name in it is not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)
