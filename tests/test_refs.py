@@ -4,15 +4,28 @@ of the shared list, on a thread whose history has branches (forks in place made 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterable, Iterator
 from typing import Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import END, START, StateGraph
 
-from statekeeper.errors import AmbiguousReferenceError, InvalidIdError, ThreadNotFoundError
-from statekeeper.refs import MAX_REF, MIN_PREFIX, resolve_checkpoint, short_ids
+from statekeeper.errors import (
+    AmbiguousReferenceError,
+    CorruptCheckpointError,
+    InvalidIdError,
+    ThreadNotFoundError,
+)
+from statekeeper.refs import (
+    MAX_REF,
+    MIN_PREFIX,
+    readable_checkpoints,
+    resolve_checkpoint,
+    short_ids,
+)
 
 NODES = ("a", "b", "c", "d")
 
@@ -179,26 +192,32 @@ def test_short_ids_are_unique_prefixes() -> None:
     assert short_ids(["abcdefgh"], minimum=2) == {"abcdefgh": "abcd"}  # never under 4
 
 
-def test_references_and_listings_go_past_a_damaged_checkpoint(tmp_path: Any) -> None:
-    """One damaged checkpoint in the middle of a SQLite thread: ``readable_checkpoints``
-    lists every other one and names the damaged one, a step or prefix reference to
-    another checkpoint resolves, and the damaged one by its id raises its damage."""
+@contextlib.contextmanager
+def _damaged(tmp_path: Any, steps: Iterable[int]) -> Iterator[tuple[Any, dict[int, str]]]:
+    """A SQLite saver holding thread ``t`` (steps -1..4) whose checkpoints at ``steps``
+    are garbage; and its checkpoint ids by step."""
     import sqlite3
 
     from statekeeper.checkpointers import open_checkpointer
-    from statekeeper.errors import CorruptCheckpointError
-    from statekeeper.refs import readable_checkpoints
 
     path = tmp_path / "state.db"
     with open_checkpointer(f"sqlite:///{path}") as saver:
         _graph(saver).invoke({}, {"configurable": {"thread_id": "t"}})
         ids = {step: found[0] for step, found in _ids(saver).items()}
         with sqlite3.connect(path) as conn:
-            conn.execute(
+            conn.executemany(
                 "UPDATE checkpoints SET checkpoint = X'c1c1c1c1' WHERE checkpoint_id = ?",
-                (ids[2],),
+                [(ids[step],) for step in steps],
             )
         conn.close()
+        yield saver, ids
+
+
+def test_references_and_listings_go_past_a_damaged_checkpoint(tmp_path: Any) -> None:
+    """One damaged checkpoint in the middle of a SQLite thread: ``readable_checkpoints``
+    lists every other one and names the damaged one, a step or prefix reference to
+    another checkpoint resolves, and the damaged one by its id raises its damage."""
+    with _damaged(tmp_path, [2]) as (saver, ids):
         config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         with pytest.raises(CorruptCheckpointError):
             list(saver.list(config))
@@ -217,21 +236,7 @@ def test_a_reference_that_finds_nothing_readable_says_what_is_damaged(tmp_path: 
     """Every checkpoint after the input damaged: a step says it found none among the
     readable ones and that some cannot be read; a prefix of a damaged id raises its
     damage, not "no such checkpoint"."""
-    import sqlite3
-
-    from statekeeper.checkpointers import open_checkpointer
-    from statekeeper.errors import CorruptCheckpointError
-
-    path = tmp_path / "state.db"
-    with open_checkpointer(f"sqlite:///{path}") as saver:
-        _graph(saver).invoke({}, {"configurable": {"thread_id": "t"}})
-        ids = {step: found[0] for step, found in _ids(saver).items()}
-        with sqlite3.connect(path) as conn:
-            conn.execute(
-                "UPDATE checkpoints SET checkpoint = X'c1c1c1c1' WHERE checkpoint_id > ?",
-                (ids[-1],),
-            )
-        conn.close()
+    with _damaged(tmp_path, range(5)) as (saver, ids):
         with pytest.raises(ThreadNotFoundError, match="5 checkpoints that cannot be read"):
             resolve_checkpoint(saver, "t", "@1")
         with pytest.raises(CorruptCheckpointError) as raised:
