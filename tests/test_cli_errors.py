@@ -372,19 +372,9 @@ def test_a_closed_stderr_never_mixes_messages_into_stdout(tmp_path: Path) -> Non
     with open_checkpointer(db) as saver:
         config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
-    done = subprocess.run(
-        [sys.executable, "-m", "statekeeper", "export", "--db", db],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-        preexec_fn=lambda: os.close(2),
-    )
-    assert done.returncode == EXIT["ok"]
-    assert json.loads(done.stdout.splitlines()[-1])["kind"] == "end"
-    for argv in (["history", "nope"], ["threads", "--limit", "0"]):
-        done = subprocess.run(
+
+    def without_stderr(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             [sys.executable, "-m", "statekeeper", *argv, "--db", db],
             capture_output=True,
             text=True,
@@ -393,6 +383,12 @@ def test_a_closed_stderr_never_mixes_messages_into_stdout(tmp_path: Path) -> Non
             check=False,
             preexec_fn=lambda: os.close(2),
         )
+
+    done = without_stderr("export")
+    assert done.returncode == EXIT["ok"]
+    assert json.loads(done.stdout.splitlines()[-1])["kind"] == "end"
+    for argv in (["history", "nope"], ["threads", "--limit", "0"]):
+        done = without_stderr(*argv)
         assert done.returncode in (EXIT["not_found"], EXIT["usage"])
         assert done.stdout == ""
 
