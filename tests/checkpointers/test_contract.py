@@ -1290,6 +1290,39 @@ def test_prune_with_unknown_strategy_raises_configuration_error_and_deletes_noth
     assert snapshot(saver) == before
 
 
+def test_one_string_of_ids_is_refused_not_read_as_one_id_per_character(saver: Any) -> None:
+    """``prune("ab")`` would delete threads "a" and "b" (and ``delete_for_runs("rb")``
+    runs "r" and "b") if a string were iterated as ids: it is refused, nothing deleted."""
+    v = version_maker(saver)
+    for thread_id in ("a", "b", "ab"):
+        populate(saver, thread_id, v)
+    before = snapshot(saver)
+    for strategy in ("delete", "keep_latest"):
+        with pytest.raises(InvalidIdError, match="not one string"):
+            saver.prune("ab", strategy=strategy)
+    with pytest.raises(InvalidIdError, match="not one string"):
+        saver.delete_for_runs("rb")
+    with pytest.raises(InvalidIdError, match="list of thread ids"):
+        saver.prune(None)
+    assert snapshot(saver) == before
+
+
+def test_a_checkpoint_id_that_is_no_string_is_refused_before_anything_is_stored(
+    saver: Any,
+) -> None:
+    """Stored as text, an int id would no longer be the one inside the checkpoint (the
+    Redis backend then read the whole thread as damaged)."""
+    v = version_maker(saver)
+    populate(saver, "t", v)
+    before = snapshot(saver)
+    odd = generate_checkpoint()
+    odd["id"] = 5
+    with pytest.raises(InvalidIdError, match="checkpoint id must be a string"):
+        saver.put(cfg("t"), odd, generate_metadata(step=9), {})
+    assert snapshot(saver) == before
+    assert saver.get_tuple(cfg("t")) is not None
+
+
 async def test_aprune_with_unknown_strategy_raises_and_keep_latest_works(saver: Any) -> None:
     v = version_maker(saver)
     p = populate(saver, "p", v)

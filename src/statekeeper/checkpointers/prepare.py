@@ -31,7 +31,7 @@ from statekeeper.checkpointers.semantics import (
     merged_metadata,
     stored_version,
 )
-from statekeeper.errors import ConfigurationError
+from statekeeper.errors import ConfigurationError, InvalidIdError
 
 __all__ = ["Packing", "prepare_put", "prepare_writes"]
 
@@ -67,6 +67,12 @@ def prepare_put(
     """A checked ``put`` (see :meth:`.base.Checkpointer.put` for the errors), the
     checkpoint serialised without its channel values, which are left to the backend."""
     thread_id, ns, parent_id = location(config)
+    if type(checkpoint["id"]) is not str:
+        # stored as text, the id would no longer equal the one inside the checkpoint
+        raise InvalidIdError(
+            f"checkpoint id must be a string, got {type(checkpoint['id']).__name__} "
+            f"{checkpoint['id']!r}; LangGraph's checkpoint ids are uuid6 text"
+        )
     checkpoint_id = check_id(checkpoint["id"], "checkpoint id")
     stored_metadata = merged_metadata(config, metadata)
     metadata_json = dump_metadata(stored_metadata)

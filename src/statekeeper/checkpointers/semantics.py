@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS, CheckpointMetadata
 
 from statekeeper._storage.json import json_equal
 from statekeeper._storage.payload import check_id
-from statekeeper.errors import ConfigurationError, SerializationError
+from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
 
 __all__ = [
     "MODES",
@@ -256,7 +256,20 @@ def _random_part() -> str:
 def check_run_ids(run_ids: Sequence[str]) -> tuple[str, ...]:
     """``delete_for_runs``'s ids, checked (all of them, before anything is deleted) and
     without repeats."""
-    return tuple(dict.fromkeys(check_id(run_id, "run_id") for run_id in run_ids))
+    return tuple(dict.fromkeys(check_id(run_id, "run_id") for run_id in _many(run_ids, "run")))
+
+
+def _many(ids: object, what: str) -> list[object]:
+    """``ids`` as a list, if it is an iterable of ids; one string is refused, since
+    iterating it would take each character for an id (``prune("ab")`` deleting threads
+    "a" and "b")."""
+    if isinstance(ids, str | bytes):
+        raise InvalidIdError(
+            f"pass a list of {what} ids, not one string: [{ids!r}] for the {what} {ids!r}"
+        )
+    if not isinstance(ids, Iterable):
+        raise InvalidIdError(f"pass a list of {what} ids, got {type(ids).__name__}")
+    return list(ids)
 
 
 def check_copy_ids(source_thread_id: str, target_thread_id: str) -> tuple[str, str]:
@@ -268,5 +281,7 @@ def check_copy_ids(source_thread_id: str, target_thread_id: str) -> tuple[str, s
 def check_prune_ids(thread_ids: Sequence[str], strategy: str) -> tuple[bool, tuple[str, ...]]:
     """``prune``'s arguments checked: (whether to delete, the thread ids)."""
     check_prune_strategy(strategy)
-    ids = tuple(dict.fromkeys(check_id(thread_id, "thread_id") for thread_id in thread_ids))
+    ids = tuple(
+        dict.fromkeys(check_id(thread_id, "thread_id") for thread_id in _many(thread_ids, "thread"))
+    )
     return strategy == "delete", ids
