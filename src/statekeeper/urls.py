@@ -13,6 +13,9 @@ A leaf module: it imports nothing from statekeeper except :mod:`statekeeper.erro
 from __future__ import annotations
 
 import importlib
+import math
+import os
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,8 +28,10 @@ __all__ = [
     "LANGGRAPH_SAVERS",
     "Backend",
     "LangGraphSaver",
+    "OptionKind",
     "StorageURL",
     "backend_class",
+    "check_option",
     "parse_options",
     "parse_url",
     "redact",
@@ -216,48 +221,126 @@ def redact(url: object) -> str:
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{after}"
 
 
+# An option's kind: the type its URL text is converted to, or a tuple whose first type is
+# that one and whose others a keyword may also be (``(float, NoneType)``: a number, or
+# ``None`` as a keyword). ``object`` takes any keyword and no URL text.
+OptionKind = type | tuple[type, ...]
+
+
 def parse_options(
     backend: str,
-    known: Mapping[str, type],
+    known: Mapping[str, OptionKind],
     url_options: Mapping[str, str],
     keyword_options: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Merge a URL's query options (text, converted to ``known[name]``) with keyword
-    options (taken as given); keywords win.
+    """Merge a URL's query options (text, converted to their kind) with keyword options
+    (checked against the same kind: a ``bool`` option takes ``True`` or ``False``, an
+    ``int`` one a whole number, a ``float`` one a number, never a bool, and both must be
+    finite); keywords win. See :data:`OptionKind`.
 
     Raises:
-        ConfigurationError: an option is unknown, or its text is not of its type.
+        ConfigurationError: an option is unknown, or its value is not of its kind (one
+            line naming the option, what it got and what it takes).
     """
     merged: dict[str, Any] = {}
     for name, text in url_options.items():
-        kind = _known(backend, known, name)
-        merged[name] = _convert(name, kind, text)
+        kinds = _known(backend, known, name)
+        merged[name] = _convert(f"{backend} option {name}", kinds[0], text)
     for name, value in keyword_options.items():
-        _known(backend, known, name)
-        merged[name] = value
+        merged[name] = check_option(name, _known(backend, known, name), value, backend)
     return merged
 
 
-def _known(backend: str, known: Mapping[str, type], name: str) -> type:
+def check_option(name: str, kind: OptionKind, value: Any, backend: str = "") -> Any:
+    """``value`` if it is of the option ``name``'s ``kind`` (see :func:`parse_options`;
+    ``backend`` names whose option it is, in the message).
+
+    Raises:
+        ConfigurationError: it is not.
+    """
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if object in kinds:
+        return value
+    if any(_is(each, value) for each in kinds) and (float not in kinds or _finite(value)):
+        return value
+    takes = " or ".join(dict.fromkeys(_TAKES.get(k, f"a {k.__name__}") for k in kinds))
+    whose = f"{backend} option" if backend else "option"
+    raise ConfigurationError(
+        f"{whose} {name} must be {takes}, got {_shown(value)} ({type(value).__name__})"
+    )
+
+
+_TAKES: dict[type, str] = {
+    bool: "True or False",
+    int: "a whole number",
+    float: "a finite number",
+    str: "text",
+    type(None): "None",
+    os.PathLike: "a path",
+}
+
+
+def _is(kind: type, value: object) -> bool:
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind)
+
+
+def _finite(value: object) -> bool:
+    """Whether ``value`` is not a number, or a number a float holds that is finite."""
+    if not isinstance(value, int | float):
+        return True
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _shown(value: object) -> str:
+    """``value``'s repr, shortened to one short line."""
+    try:
+        text = reprlib.repr(value)
+    except Exception:  # a hostile __repr__
+        text = f"<{type(value).__name__} object>"
+    text = " ".join(text.split())
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _known(backend: str, known: Mapping[str, OptionKind], name: str) -> tuple[type, ...]:
     if name not in known:
         raise ConfigurationError(
             f"unknown {backend} option {name!r}; known options: {', '.join(known)}"
         )
-    return known[name]
+    kind = known[name]
+    return kind if isinstance(kind, tuple) else (kind,)
 
 
-def _convert(name: str, kind: type, text: str) -> Any:
+def _convert(option: str, kind: type, text: str) -> Any:
     if kind is bool:
         if text.lower() in ("1", "true", "yes", "on"):
             return True
         if text.lower() in ("0", "false", "no", "off"):
             return False
-        raise ConfigurationError(f"option {name} must be true or false, got {text!r}")
-    if kind in (int, float):
+        raise ConfigurationError(f"{option} must be true or false, got {_shown(text)}")
+    if kind is int:
         try:
-            return kind(text)
+            return int(text)
         except ValueError:
-            raise ConfigurationError(f"option {name} must be a number, got {text!r}") from None
+            raise ConfigurationError(
+                f"{option} must be a whole number, got {_shown(text)}"
+            ) from None
+    if kind is float:
+        try:
+            number = float(text)
+        except ValueError:
+            raise ConfigurationError(f"{option} must be a number, got {_shown(text)}") from None
+        if not math.isfinite(number):
+            raise ConfigurationError(f"{option} must be a finite number, got {_shown(text)}")
+        return number
     if kind is str:
         return text
-    raise ConfigurationError(f"option {name} cannot be set in a URL; pass it as a keyword")
+    raise ConfigurationError(f"{option} cannot be set in a URL; pass it as a keyword")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
+import random
+import re
 import subprocess
 import sys
 import threading
@@ -30,6 +32,7 @@ from statekeeper.backends.postgres._writes import array_literal
 from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
     ConfigurationError,
+    InvalidIdError,
     ReadOnlyError,
     SchemaVersionError,
     StorageError,
@@ -64,13 +67,58 @@ def _config(thread_id: str) -> dict[str, Any]:
     [
         ("&schema2=x", "unknown PostgreSQL option 'schema2'"),
         ("&pool_max_size=0", "pool sizes must satisfy"),
-        ("&retries=soon", "retries must be a number"),
+        ("&retries=soon", "retries must be a whole number"),
+        ("&pool_timeout=inf", "PostgreSQL option pool_timeout must be a finite number, got 'inf'"),
+        ("&pool_timeout=nan", "PostgreSQL option pool_timeout must be a finite number, got 'nan'"),
+        ("&pool_timeout=1e12", "pool_timeout must be > 0 seconds (at most 2,147,483)"),
         ("&mode=rx", "mode must be one of rw, ro"),
     ],
 )
 def test_bad_options_are_configuration_errors(url: str, suffix: str, message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(ConfigurationError, match=re.escape(message)):
         open_checkpointer(url + suffix)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"pool_max_size": "x"}, "option pool_max_size must be a whole number, got 'x' (str)"),
+        ({"pool_min_size": 1.5}, "option pool_min_size must be a whole number, got 1.5 (float)"),
+        ({"retries": True}, "option retries must be a whole number, got True (bool)"),
+        ({"pool_check": "no"}, "option pool_check must be True or False, got 'no' (str)"),
+        ({"pool_timeout": float("inf")}, "pool_timeout must be a finite number, got inf"),
+        ({"pool_timeout": float("nan")}, "pool_timeout must be a finite number, got nan"),
+        ({"pool_timeout": "5"}, "pool_timeout must be a finite number, got '5' (str)"),
+        ({"schema": 5}, "option schema must be text, got 5 (int)"),
+        ({"compress": "false"}, "option compress must be True or False, got 'false' (str)"),
+        ({"compress": 2}, "option compress must be True or False, got 2 (int)"),
+    ],
+)
+def test_keyword_options_are_held_to_the_rule_of_their_url_form(
+    url: str, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as info:
+        open_checkpointer(url, **options)
+    assert "\n" not in str(info.value)
+    with connect(url) as conn:  # refused before anything was created
+        assert (
+            conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (_schema(url),)
+            ).fetchone()
+            is None
+        )
+
+
+def test_a_connection_built_by_hand_is_checked_the_same_way() -> None:
+    from statekeeper.backends.postgres import Connection
+
+    for options, message in [
+        ({"pool_max_size": "x"}, "option pool_max_size must be a whole number"),
+        ({"pool_timeout": float("inf")}, "option pool_timeout must be a finite number"),
+        ({"pool_timeout": 1e300}, "pool_timeout must be > 0 seconds (at most"),
+    ]:
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            Connection("postgresql://x@127.0.0.1/x", "x", **options).check()
 
 
 @pytest.mark.parametrize("schema", ["1abc", 'a"b', "a;drop", "", "x" * 64, "a b"])
@@ -652,3 +700,141 @@ def test_closing_the_saver_just_before_its_event_loop_ends_leaves_no_connection(
                 break
             time.sleep(0.05)
     assert row == (0,), f"{row} sessions of the closed saver are still open"
+
+
+# -- ids too long to index ------------------------------------------------------------------
+
+
+def _text(size: int) -> str:
+    """``size`` bytes of UTF-8 that do not compress: random 1-, 2- and 3-byte characters."""
+    rng = random.Random(size)
+    chars: list[str] = []
+    while size:
+        width = min(size, rng.choice((1, 2, 3)))
+        start = {1: 0x21, 2: 0x100, 3: 0x4E00}[width]
+        chars.append(chr(rng.randrange(start, start + 90)))
+        size -= width
+    return "".join(chars)
+
+
+def _put(saver: Any, thread_id: str, ns: str = "", checkpoint_id: str | None = None) -> Any:
+    checkpoint = _checkpoint()
+    if checkpoint_id is not None:
+        checkpoint["id"] = checkpoint_id
+    return saver.put(
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}, checkpoint, {}, {}
+    )
+
+
+def _row_counts(url: str) -> list[int]:
+    with connect(url) as conn:
+        return [
+            conn.execute(f"SELECT count(*) FROM {_schema(url)}.{table}").fetchone()[0]  # type: ignore[index]
+            for table in ("checkpoints", "blobs", "writes", "heads", "claims")
+        ]
+
+
+NEVER = "more than PostgreSQL can index: an index entry holds 2704 bytes once compressed"
+TOO_LARGE = "cannot index this, it is too large: index row size"
+
+
+def test_ids_too_long_to_index_are_refused_in_one_line_and_never_retried(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """They used to be "lost the connection ... retry it once the server answers": the
+    server's "index row requires 12064 bytes" on a working connection, retried in vain.
+    Ids no compression fits (1 MB) are refused before anything is sent; ids that do not
+    compress (3 kB of random text) when the server refuses the row."""
+    big, random_3k = "a" * 2**20, _text(3000)
+    caplog.set_level(logging.INFO, logger="statekeeper")
+    with open_checkpointer(url) as saver:
+        stored = _put(saver, "t")
+        before = _row_counts(url)
+        attempts = [
+            (
+                lambda: _put(saver, big),
+                f"namespace and checkpoint id are 1,048,612 bytes (UTF-8), {NEVER}",
+            ),
+            (lambda: _put(saver, "t", big), "namespace and checkpoint id are 1,048,613 bytes"),
+            (lambda: saver.put_writes(stored, [("c", 1)], big), "checkpoint id and task id are"),
+            (
+                lambda: saver.copy_thread("t", big),
+                f"a thread id is 1,048,576 bytes (UTF-8), {NEVER}",
+            ),
+            (lambda: saver.claim_thread(big).__enter__(), "a thread id is 1,048,576 bytes"),
+            (lambda: asyncio.run(saver.aput(_config(big), _checkpoint(), {}, {})), NEVER),
+            (lambda: asyncio.run(saver.acopy_thread("t", big)), NEVER),
+            (
+                lambda: _put(saver, random_3k),
+                'exceeds btree version 4 maximum 2704 for index "checkpoints_pkey"',
+            ),
+            (lambda: _put(saver, "t", random_3k), TOO_LARGE),
+            (lambda: saver.put_writes(stored, [("c", 1)], random_3k), '"writes_pkey"'),
+            (lambda: saver.claim_thread(random_3k).__enter__(), '"claims_pkey"'),
+            (lambda: asyncio.run(saver.aput(_config(random_3k), _checkpoint(), {}, {})), TOO_LARGE),
+            (lambda: asyncio.run(saver.aput_writes(stored, [("c", 1)], random_3k)), TOO_LARGE),
+        ]
+        for attempt, message in attempts:
+            with pytest.raises(InvalidIdError, match=re.escape(message)) as info:
+                attempt()
+            said = str(info.value)
+            assert "\n" not in said
+            assert "lost the connection" not in said
+            assert "use shorter ids" in said
+        assert _row_counts(url) == before
+        assert "retrying" not in caplog.text  # none was run again as if the connection broke
+
+
+def test_ids_up_to_2600_bytes_and_long_repetitive_ones_are_stored_and_read_back(
+    url: str,
+) -> None:
+    """Whatever they hold (here: random text, which does not compress), ids totalling
+    2600 bytes fit the server's index entries; 10,000 times "x" fits once compressed."""
+    checkpoint_id = "1f0a0000-0000-6000-8000-000000000001"
+    thread_id = _text(2600 - len(checkpoint_id) - 1)
+    with open_checkpointer(url) as saver:
+        stored = _put(saver, thread_id, "n", checkpoint_id)
+        task_id = _text(2600 - len(thread_id.encode()) - 1 - len(checkpoint_id))
+        saver.put_writes(stored, [("c", 1)], task_id)
+        saver.copy_thread(thread_id, _text(2600 - len(checkpoint_id) - 1)[::-1])
+        with saver.claim_thread(_text(2600)):
+            pass
+        got = saver.get_tuple(stored)
+        assert got is not None
+        assert got.config["configurable"]["thread_id"] == thread_id
+        assert [w[0] for w in got.pending_writes or []] == [task_id]
+        long = _put(saver, "x" * 10_000, "y" * 10_000)
+        assert saver.get_tuple(long) is not None
+
+
+def test_a_row_the_server_cannot_index_is_one_line_and_not_a_lost_connection(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A copy under a longer thread id than its source makes longer index entries: the
+    server refuses them (SQLSTATE 54000). That is said in one line, as too large, never
+    as a lost connection, and not retried."""
+    with open_checkpointer(url) as saver:
+        _put(saver, "s", _text(2000))
+        caplog.set_level(logging.INFO, logger="statekeeper")
+        target = _text(1000)
+        with pytest.raises(InvalidIdError) as info:
+            saver.copy_thread("s", target)
+        said = str(info.value)
+        assert TOO_LARGE in said
+        assert "retrying cannot succeed" in said
+        assert "lost the connection" not in said
+        assert "\n" not in said
+        assert "retrying" not in caplog.text  # not run again
+        assert saver.get_tuple(_config(target)) is None  # nothing of the copy stored
+
+
+def test_only_errors_that_end_the_session_count_as_a_lost_connection() -> None:
+    from statekeeper.backends.postgres._running import lost
+
+    errors = psycopg.errors
+    assert lost(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert lost(errors.AdminShutdown("terminating connection due to administrator command"))
+    assert lost(errors.lookup("08006")("connection failure"))
+    for live in (errors.ProgramLimitExceeded, errors.QueryCanceled, errors.LockNotAvailable):
+        assert not lost(live("on a working connection"))
+    assert not lost(errors.lookup("53100")("could not extend file: No space left on device"))

@@ -10,6 +10,7 @@ import json
 import operator
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.encrypted import EncryptedSerializer
 from langgraph.graph import END, START, StateGraph
 
-from statekeeper.backends.redis import RedisOptions
+from statekeeper.backends.redis import RedisCheckpointerOptions, RedisOptions
 from statekeeper.backends.redis._client import ASYNC_CONNECTIONS
 from statekeeper.backends.redis._integrity.records import Record
 from statekeeper.backends.redis._layout import swap
@@ -159,6 +160,71 @@ def test_redis_schemes_are_known() -> None:
 def test_bad_urls_and_options_raise_configuration_errors(bad: str, expected: str) -> None:
     with pytest.raises(ConfigurationError, match=expected):
         open_checkpointer(bad)
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ("ttl=inf", "option ttl must be a finite number, got 'inf'"),
+        ("ttl=nan", "option ttl must be a finite number, got 'nan'"),
+        ("ttl=1e300", "ttl must be a number of seconds > 0 (finite, at most 1,000,000,000)"),
+        ("claim_ttl=inf", "option claim_ttl must be a finite number, got 'inf'"),
+        ("claim_ttl=1e12", "claim_ttl must be a number of seconds > 0 (finite, at most"),
+        ("socket_timeout=inf", "option socket_timeout must be a finite number, got 'inf'"),
+        ("socket_timeout=nan", "option socket_timeout must be a finite number, got 'nan'"),
+        ("socket_timeout=1e300", "socket_timeout must be seconds > 0 (finite, at most"),
+    ],
+)
+def test_infinite_or_huge_seconds_in_a_url_are_refused(bad: str, expected: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(expected)):
+        open_checkpointer(f"redis://localhost/0?{bad}")
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"compress": "false"}, "option compress must be True or False, got 'false' (str)"),
+        ({"compress": 2}, "option compress must be True or False, got 2 (int)"),
+        # the type first: not "refresh_on_read needs a ttl"
+        ({"refresh_on_read": "maybe"}, "refresh_on_read must be True or False, got 'maybe'"),
+        ({"refresh_on_read": 1, "ttl": 5}, "refresh_on_read must be True or False, got 1"),
+        ({"ttl": "60"}, "option ttl must be a finite number or None, got '60' (str)"),
+        ({"ttl": True}, "option ttl must be a finite number or None, got True (bool)"),
+        ({"ttl": float("inf")}, "option ttl must be a finite number or None, got inf"),
+        ({"ttl": float("nan")}, "option ttl must be a finite number or None, got nan"),
+        ({"ttl": 1e300}, "ttl must be a number of seconds > 0 (finite, at most 1,000,000,000)"),
+        ({"claim_ttl": float("inf")}, "option claim_ttl must be a finite number, got inf"),
+        ({"claim_ttl": True}, "option claim_ttl must be a finite number, got True (bool)"),
+        ({"socket_timeout": float("nan")}, "socket_timeout must be a finite number, got nan"),
+        ({"retries": 2.0}, "option retries must be a whole number, got 2.0 (float)"),
+        ({"retries": True}, "option retries must be a whole number, got True (bool)"),
+        ({"prefix": 7}, "option prefix must be text, got 7 (int)"),
+        ({"ssl_ca_certs": 3}, "option ssl_ca_certs must be text or a path or None, got 3"),
+        ({"index_metadata": {"user"}}, "index_metadata must be text or a list or a tuple"),
+    ],
+)
+def test_keyword_options_are_held_to_the_rule_of_their_url_form(
+    url: str, client: redis.Redis, options: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(expected)) as info:
+        open_checkpointer(url, **options)
+    assert "\n" not in str(info.value)
+    assert client.keys(f"{prefix_of(url)}:*") == []  # refused before anything is written
+
+
+def test_the_class_checks_its_lifetimes_and_flags_too(url: str) -> None:
+    base = url.split("?")[0]
+    for lifetimes, expected in [
+        ({"refresh_on_read": "maybe"}, "refresh_on_read must be True or False"),
+        ({"ttl": float("inf")}, "ttl must be a number of seconds > 0 (finite"),
+        ({"claim_ttl": float("nan")}, "claim_ttl must be a number of seconds > 0 (finite"),
+        ({"ttl": True}, "ttl must be a number of seconds > 0"),
+    ]:
+        options = RedisCheckpointerOptions(prefix=prefix_of(url), **lifetimes)
+        with pytest.raises(ConfigurationError, match=re.escape(expected)):
+            RedisCheckpointer(base, options)
+    with pytest.raises(ConfigurationError, match="option compress must be True or False"):
+        RedisCheckpointer(base, RedisOptions(prefix=prefix_of(url)), compress="no")  # type: ignore[arg-type]
 
 
 def test_query_options_are_parsed_and_keywords_win(url: str, client: redis.Redis) -> None:

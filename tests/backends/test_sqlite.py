@@ -805,3 +805,29 @@ def test_index_keys_that_are_not_plain_names_are_refused(tmp_path: Path, keys: A
     with pytest.raises(ConfigurationError, match="index_metadata takes metadata keys"):
         open_checkpointer(f"sqlite:///{tmp_path}/u.db", index_metadata=keys)
     assert not (tmp_path / "u.db").exists()
+
+
+@pytest.mark.parametrize("busy_timeout", [float("inf"), float("-inf"), float("nan"), 2_147_484])
+def test_a_busy_timeout_sqlite_cannot_wait_is_refused_before_opening(
+    tmp_path: Path, busy_timeout: float
+) -> None:
+    """Infinity used to raise OverflowError, NaN ValueError; a finite timeout over 2**31 - 1
+    ms was taken, and SQLite then waited for no lock at all (its busy timeout wrapped to 0)."""
+    for url in ("memory://", f"sqlite:///{tmp_path}/b.db"):
+        with pytest.raises(ConfigurationError, match="busy_timeout must be a finite number"):
+            open_checkpointer(url, busy_timeout=busy_timeout)
+        with pytest.raises(ConfigurationError, match="busy_timeout must be a finite number"):
+            open_checkpointer(f"{url}{'&' if '?' in url else '?'}busy_timeout={busy_timeout}")
+    with pytest.raises(ConfigurationError, match="finite number of seconds >= 0"):
+        Database(
+            ":memory:", component="checkpoints", migrations=MIGRATIONS, busy_timeout=busy_timeout
+        )
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_longest_busy_timeout_is_the_one_sqlite_waits(tmp_path: Path) -> None:
+    with (
+        open_checkpointer(f"sqlite:///{tmp_path}/b.db?busy_timeout=2147483") as saver,
+        saver._db.transaction(write=False) as conn,
+    ):
+        assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 2_147_483_000

@@ -1290,6 +1290,23 @@ def test_prune_with_unknown_strategy_raises_configuration_error_and_deletes_noth
     assert snapshot(saver) == before
 
 
+@pytest.mark.parametrize("limit", [1.5, True, "2", float("nan")])
+async def test_a_list_limit_that_is_no_whole_number_is_refused_before_any_query(
+    saver: Any, limit: Any
+) -> None:
+    """A float limit made one backend page forever, and others answered with an SQL or
+    Lua error: it is a ConfigurationError, for ``list`` and ``alist``, with a thread or
+    across threads."""
+    v = version_maker(saver)
+    populate(saver, "t", v)
+    for config in (thread("t"), None):
+        with pytest.raises(ConfigurationError, match="limit must be a whole number"):
+            list(saver.list(config, limit=limit))
+        with pytest.raises(ConfigurationError, match="limit must be a whole number"):
+            [item async for item in saver.alist(config, limit=limit)]
+    assert len(list(saver.list(thread("t"), limit=1))) == 1
+
+
 def test_one_string_of_ids_is_refused_not_read_as_one_id_per_character(saver: Any) -> None:
     """``prune("ab")`` would delete threads "a" and "b" (and ``delete_for_runs("rb")``
     runs "r" and "b") if a string were iterated as ids: it is refused, nothing deleted."""
@@ -1507,6 +1524,8 @@ def test_using_a_closed_checkpointer_raises_storage_error(url: str) -> None:
         closed.copy_thread("t", "u")
     with pytest.raises(StorageError):
         closed.prune(["t"])
+    with pytest.raises(StorageError, match="closed"), closed.claim_thread("t"):
+        pass  # the SQLite and in-memory checkpointers used to grant it
     assert issubclass(StorageError, StatekeeperError)
 
     with open_checkpointer(url) as managed:

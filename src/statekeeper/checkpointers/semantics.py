@@ -7,11 +7,12 @@ conformance suite does not pin down: metadata merging, filter equality, version 
 from __future__ import annotations
 
 import json
+import operator
 import random
 import re
 from collections.abc import Iterable, Sequence
 from json.encoder import encode_basestring_ascii as _json_text
-from typing import Any
+from typing import Any, SupportsIndex
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import EXCLUDED_METADATA_KEYS, CheckpointMetadata
@@ -251,6 +252,23 @@ _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 def _random_part() -> str:
     """10 random base-36 digits (``random`` reseeds in a forked child)."""
     return "".join(random.choices(_BASE36, k=10))  # noqa: S311 - not a secret
+
+
+def check_limit(limit: object) -> int | None:
+    """``list``'s ``limit``: ``None`` (no limit) or a whole number (0 or less: nothing),
+    as LangGraph's savers read it; a float, a bool or text is refused before any query
+    (a float made one backend page forever).
+
+    Raises:
+        ConfigurationError: anything else.
+    """
+    if limit is None:
+        return None
+    if not isinstance(limit, bool) and isinstance(limit, SupportsIndex):
+        return operator.index(limit)  # an int, or another library's (numpy's)
+    raise ConfigurationError(
+        f"limit must be a whole number or None, got {type(limit).__name__} {limit!r}"
+    )
 
 
 def check_run_ids(run_ids: Sequence[str]) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from typing import NamedTuple, TypedDict
 
 from statekeeper.checkpointers.semantics import MODES, check_choice
 from statekeeper.errors import ConfigurationError
-from statekeeper.urls import StorageURL
+from statekeeper.urls import StorageURL, check_option
 
 __all__ = ["DirectoryOptions", "Opening", "directory_path", "opening"]
 
@@ -47,9 +47,15 @@ def opening(options: DirectoryOptions) -> Opening:
         raise ConfigurationError(f"unknown option {unknown[0]!r}; known options: {known}")
     mode = check_choice("mode", options.get("mode", "rw"), MODES)
     lock_timeout = options.get("lock_timeout", 30.0)
-    if not isinstance(lock_timeout, int | float) or lock_timeout < 0:
-        raise ConfigurationError(f"lock_timeout must be >= 0 seconds, got {lock_timeout!r}")
-    return Opening(mode == "ro", float(lock_timeout), bool(options.get("fsync", True)))
+    if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float):
+        lock_timeout = -1  # refused below, as a negative number is
+    if not 0 <= lock_timeout <= 10**9:  # longer: a lock's wait overflows (NaN: never true)
+        raise ConfigurationError(
+            "lock_timeout must be >= 0 seconds (finite, at most 1,000,000,000), got "
+            f"{options.get('lock_timeout')!r}"
+        )
+    fsync = check_option("fsync", bool, options.get("fsync", True))
+    return Opening(mode == "ro", float(lock_timeout), fsync)
 
 
 def directory_path(url: StorageURL) -> str:

@@ -86,6 +86,7 @@ from statekeeper.checkpointers.semantics import (
     ON_CORRUPT,
     before_id,
     check_choice,
+    check_limit,
     list_scope,
     location,
 )
@@ -95,7 +96,7 @@ from statekeeper.errors import (
     StorageError,
     ThreadExistsError,
 )
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.urls import OptionKind, StorageURL, check_option, parse_options
 
 __all__ = ["ON_CORRUPT", "FileCheckpointer"]
 
@@ -104,7 +105,7 @@ log = logging.getLogger("statekeeper.backends.file.checkpointer")
 Damages = list[Damage]  # named here: the class has a method called list
 Heads = list[Head]
 
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     "mode": str,
     "compress": bool,
     "on_corrupt": str,
@@ -162,7 +163,7 @@ class FileCheckpointer(Checkpointer):
         super().__init__(serde=serde or safe_serde())
         opened = opening(options)
         check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
-        self.compress = compress
+        self.compress = check_option("compress", bool, compress)
         self.on_corrupt = on_corrupt
         root = Path(path).expanduser()
         self._store = Store(
@@ -242,7 +243,7 @@ class FileCheckpointer(Checkpointer):
         the directory's index names the namespaces to read, newest first, so the first
         items come without opening every thread (each checked against its log; without an
         index to trust, every namespace is read)."""
-        if limit is not None and limit <= 0:
+        if (limit := check_limit(limit)) is not None and limit <= 0:
             return
         thread_id, ns, checkpoint_id = list_scope(config)
         below = before_id(before)

@@ -23,18 +23,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from statekeeper.errors import ConfigurationError, StatekeeperError, StorageError
-from statekeeper.urls import StorageURL, redact
+from statekeeper.errors import (
+    ConfigurationError,
+    InvalidIdError,
+    StatekeeperError,
+    StorageError,
+)
+from statekeeper.urls import StorageURL, check_option, redact
 
 if TYPE_CHECKING:
     import psycopg_pool
 
 __all__ = [
     "CHECK_AFTER_IDLE",
+    "INDEX_ENTRY_BYTES",
+    "MAX_TIMEOUT",
+    "NEVER_INDEXED",
     "POOL_OPTIONS",
     "Connection",
     "Freshness",
     "LoopPool",
+    "check_key",
     "connect_error",
     "decode_id",
     "encode_id",
@@ -53,6 +62,9 @@ POOL_OPTIONS: dict[str, type] = {
     "pool_check": bool,
     "retries": int,
 }
+# The longest pool_timeout: it is also the migration's lock_timeout, which PostgreSQL
+# takes in milliseconds up to 2**31 - 1.
+MAX_TIMEOUT = (2**31 - 1) // 1000
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,62}")
 
 
@@ -101,6 +113,8 @@ class Connection:
 
     def check(self) -> None:
         """Raise :class:`ConfigurationError` for a bad schema name or pool setting."""
+        for name, kind in POOL_OPTIONS.items():
+            check_option(name, kind, getattr(self, name))
         if not isinstance(self.schema, str) or not _IDENTIFIER.fullmatch(self.schema):
             raise ConfigurationError(
                 "schema must be a name of letters, digits, _, . and - that starts with a "
@@ -113,10 +127,10 @@ class Connection:
                 "pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
                 f"pool_max_size >= 1, got {self.pool_min_size} and {self.pool_max_size}"
             )
-        if not self.pool_timeout > 0 or not 0 <= self.retries <= 10:
+        if not 0 < self.pool_timeout <= MAX_TIMEOUT or not 0 <= self.retries <= 10:
             raise ConfigurationError(
-                "pool_timeout must be > 0 seconds and retries between 0 and 10, got "
-                f"{self.pool_timeout!r} and {self.retries!r}"
+                f"pool_timeout must be > 0 seconds (at most {MAX_TIMEOUT:,}) and retries "
+                f"between 0 and 10, got {self.pool_timeout!r} and {self.retries!r}"
             )
 
     @property
@@ -247,6 +261,35 @@ def decode_id(value: str) -> str:
     if "\x01" in value:
         return _ESCAPED.sub(lambda m: "\x00" if m[1] == "\x01" else "\x01", value)
     return value
+
+
+# -- ids too long to index -----------------------------------------------------------------
+# Every stored id is part of a btree index entry, several to an entry (a pending write's
+# key is its thread id, namespace, checkpoint id and task id), and an entry holds at most
+# INDEX_ENTRY_BYTES once the server compressed its long values: it refuses a larger one
+# (SQLSTATE 54000, "index row size ... exceeds btree version 4 maximum 2704"), which
+# Database.error reports as an InvalidIdError, never retried. Ids of up to about 2600
+# bytes in all always fit; repetitive ones fit far beyond (10,000 times "x" does). No
+# compression packs more than 255 bytes into one (LZ4's best; pglz's is under 100), so
+# ids totalling more than NEVER_INDEXED never fit: those are refused before anything is
+# sent.
+INDEX_ENTRY_BYTES = 2704
+NEVER_INDEXED = INDEX_ENTRY_BYTES * 255
+
+
+def check_key(what: str, *ids: str) -> None:
+    """Raise :class:`InvalidIdError` if ``ids``, those of one index entry (``what``:
+    what they are, for the message), total more than :data:`NEVER_INDEXED` bytes as
+    stored: more than PostgreSQL can index, whatever they hold."""
+    if sum(map(len, ids)) * 4 <= NEVER_INDEXED:  # at most 4 bytes a character, as stored
+        return
+    size = sum(len(encode_id(each).encode()) for each in ids)
+    if size > NEVER_INDEXED:
+        raise InvalidIdError(
+            f"{what} {'is' if len(ids) == 1 else 'are'} {size:,} bytes (UTF-8), more than "
+            f"PostgreSQL can index: an index entry holds {INDEX_ENTRY_BYTES} bytes once "
+            f"compressed, never more than {NEVER_INDEXED:,} bytes of ids; use shorter ids"
+        )
 
 
 # -- the pools' connections (used by ._database) ------------------------------------

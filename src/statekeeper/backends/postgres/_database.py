@@ -20,11 +20,13 @@ retries as before.
 
 Lost connections: the pool checks a connection idle for a while before handing it out
 (:class:`~statekeeper.backends.postgres.Freshness`; optional), and an operation that
-failed because its connection broke (``OperationalError``) drains the pool and is run
-again, from its start, on a new connection (``retries`` times; every operation is
-idempotent except those run with ``retries=0``). One that still fails raises
-:class:`~statekeeper.errors.StorageError` saying what to do; a write that failed was
-rolled back by the server (a transaction on a dropped connection never commits).
+failed because its connection broke (an ``OperationalError`` that
+:func:`~._running.lost` says is one) drains the pool and is run again, from its start, on
+a new connection (``retries`` times; every operation is idempotent except those run with
+``retries=0``). One that still fails raises :class:`~statekeeper.errors.StorageError`
+saying what to do; a write that failed was rolled back by the server (a transaction on a
+dropped connection never commits). An error the server sent on a working connection is
+never retried, nor called a lost connection (:meth:`Database.error`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from statekeeper.backends.postgres import (
+    INDEX_ENTRY_BYTES,
     Connection,
     Freshness,
     LoopPool,
@@ -54,6 +57,7 @@ from statekeeper.backends.postgres import (
 )
 from statekeeper.backends.postgres._running import BEGIN, COMMIT, Op, Q, adrive, drive, lost
 from statekeeper.errors import (
+    InvalidIdError,
     ReadOnlyError,
     SchemaVersionError,
     StorageError,
@@ -405,8 +409,10 @@ class Database:
             "read-only (mode=ro); open it read-write to change it"
         )
 
-    def error(self, exc: Exception, write: bool) -> StorageError:
-        """A driver error as a :class:`StorageError` saying what to do."""
+    def error(self, exc: Exception, write: bool) -> StorageError | InvalidIdError:
+        """A driver error in one line saying what to do: a :class:`StorageError`, or an
+        :class:`InvalidIdError` for a row the server cannot index (SQLSTATE class 54: ids
+        or keys too long), which no retry stores."""
         if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
             return self.read_only_error()
         if isinstance(exc, psycopg_pool.PoolTimeout):
@@ -420,18 +426,26 @@ class Database:
                 f"timed out waiting for a lock in {self.display}: another session holds it (a"
                 " process migrating the schema, a long transaction); retry, or see pg_locks"
             )
-        if isinstance(exc, psycopg.OperationalError):
-            done = (
-                "the write was rolled back, nothing of it was stored; retry it once the "
-                "server answers"
-                if write
-                else "retry once the server answers"
-            )
+        said = _said(exc)
+        undone = "the write was rolled back, nothing of it was stored; " if write else ""
+        if isinstance(exc, psycopg.OperationalError) and lost(exc):
             return StorageError(
-                f"lost the connection to PostgreSQL at {self.display}: "
-                f"{str(exc).strip() or type(exc).__name__}; {done}"
+                f"lost the connection to PostgreSQL at {self.display}: {said}; {undone}"
+                f"{'retry it' if write else 'retry'} once the server answers"
             )
-        return StorageError(f"PostgreSQL error in {self.display}: {str(exc).strip()}")
+        state = getattr(exc, "sqlstate", None) or ""
+        if state.startswith("54"):  # program limit exceeded: an index row too large...
+            return InvalidIdError(
+                f"PostgreSQL at {self.display} cannot index this, it is too large: {said}; "
+                f"{undone}the ids of one key must fit {INDEX_ENTRY_BYTES} bytes once "
+                "compressed: use shorter ids or keys (retrying cannot succeed)"
+            )
+        if state.startswith("22"):  # data exception: a value the server refuses
+            return StorageError(
+                f"PostgreSQL at {self.display} refused a value: {said}; {undone}retrying "
+                "the same value cannot succeed"
+            )
+        return StorageError(f"PostgreSQL error in {self.display}: {said}")
 
     def close(self) -> None:
         """Close the pools (asyncio ones on their loop). Idempotent; later use: StorageError."""
@@ -447,6 +461,12 @@ class Database:
             unused.close()
         for each in kept:
             release(each)
+
+
+def _said(exc: Exception) -> str:
+    """What the server or libpq said, in one line (without DETAIL, HINT or CONTEXT)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].strip() if lines else type(exc).__name__
 
 
 def _handing_over(first: list[psycopg.Connection[Any]]) -> type[psycopg.Connection[Any]]:

@@ -73,10 +73,18 @@ BEGIN_READ = Q("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", fetch="count")
 COMMIT = Q("COMMIT", fetch="count")
 
 
+# The SQLSTATEs of a server ending the session: shutting down (57P01, 57P02), starting
+# (57P03), or ending an idle session (57P05); and class 08, connection exceptions.
+_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05"})
+
+
 def lost(exc: psycopg.OperationalError) -> bool:
-    """Whether ``exc`` says the connection broke (so a new one may succeed), rather than
-    the statement failing on a working connection (a lock timeout, a cancelled query)."""
-    return not isinstance(exc, psycopg.errors.QueryCanceled | psycopg.errors.LockNotAvailable)
+    """Whether ``exc`` says the connection broke (so a new one may succeed): libpq's own
+    errors, which carry no SQLSTATE (a closed socket, a timeout), and the server's that end
+    the session. Any other error the server sent came over a working connection (a lock
+    timeout, a cancelled query, a row too large to index: SQLSTATE class 54...)."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _ENDED
 
 
 # -- one operation ----------------------------------------------------------------------

@@ -43,6 +43,7 @@ from statekeeper._storage.worker import BatchWorker
 from statekeeper.backends.postgres import (
     POOL_OPTIONS,
     Connection,
+    check_key,
     connect_error,
     decode_id,
     encode_id,
@@ -60,9 +61,9 @@ from statekeeper.backends.postgres._writes import put, put_writes
 from statekeeper.checkpointers.base import Checkpointer, TaskWrite
 from statekeeper.checkpointers.heads import Head
 from statekeeper.checkpointers.records import PreparedPut, PreparedWrites
-from statekeeper.checkpointers.semantics import ON_CORRUPT, check_choice, location
+from statekeeper.checkpointers.semantics import ON_CORRUPT, check_choice, check_limit, location
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage, StorageError
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.urls import OptionKind, StorageURL, check_option, parse_options
 
 __all__ = ["PostgresCheckpointer"]
 
@@ -80,12 +81,29 @@ _TABLES = (
     "statekeeper_migrations",
 )
 
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     **POOL_OPTIONS,
     "compress": bool,
     "serde": object,
     "on_corrupt": str,
 }
+
+
+def _check_put(prepared: PreparedPut) -> None:
+    """Refuse ids the server could not index (:func:`check_key`), before sending any."""
+    t, ns = prepared.thread_id, prepared.checkpoint_ns
+    check_key("a thread id, namespace and checkpoint id", t, ns, prepared.checkpoint_id)
+    for channel, _, key in prepared.new_versions:
+        check_key("a thread id, namespace, channel name and version", t, ns, channel, key)
+    if prepared.run_id is not None:
+        check_key("a run id", prepared.run_id)
+
+
+def _check_writes(prepared: PreparedWrites) -> None:
+    """:func:`_check_put` for pending writes."""
+    what = "a thread id, namespace, checkpoint id and task id"
+    p = prepared
+    check_key(what, p.thread_id, p.checkpoint_ns, p.checkpoint_id, p.task_id)
 
 
 class PostgresCheckpointer(Checkpointer):
@@ -124,7 +142,7 @@ class PostgresCheckpointer(Checkpointer):
     ) -> None:
         super().__init__(serde=serde or safe_serde())
         self.on_corrupt = check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
-        self.compress = compress
+        self.compress = check_option("compress", bool, compress)
         self._recent = RecentPayloads()
         self._values = ValuePlanner(self._recent, compress, self.compress_min_bytes)
         self._db = Database(connection, component="checkpoints", migrations=MIGRATIONS)
@@ -237,7 +255,9 @@ class PostgresCheckpointer(Checkpointer):
         ``before``; at most ``limit`` of them, read in pages. A listing of whole threads
         ends by checking the head records, so a lost checkpoint row raises
         :class:`CorruptCheckpointError` after the last item."""
-        yield from self._listing().items(config, filter=filter, before=before, limit=limit)
+        yield from self._listing().items(
+            config, filter=filter, before=before, limit=check_limit(limit)
+        )
 
     async def alist(
         self,
@@ -247,6 +267,7 @@ class PostgresCheckpointer(Checkpointer):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        limit = check_limit(limit)
         async for item in self._listing().aitems(config, filter=filter, before=before, limit=limit):
             yield item
 
@@ -303,6 +324,7 @@ class PostgresCheckpointer(Checkpointer):
     # -- claims ----------------------------------------------------------------------------
 
     def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        check_key("a thread id", thread_id)
         return self._claims.claim(thread_id)
 
     def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
@@ -326,19 +348,23 @@ class PostgresCheckpointer(Checkpointer):
                 self._recent.put((t, ns, encode_id(plan.stored.channel)), remember)
 
     def _commit_put(self, prepared: PreparedPut) -> None:
+        _check_put(prepared)
         plans = self._plans(prepared)
         chosen = self._db.run(lambda: put(prepared, plans, self._reader), write=True)
         self._remember(prepared, plans, chosen)
 
     async def _acommit_put(self, prepared: PreparedPut) -> None:
+        _check_put(prepared)
         plans = self._plans(prepared)
         chosen = await self._worker.submit(Call(lambda: put(prepared, plans, self._reader), True))
         self._remember(prepared, plans, chosen)
 
     def _commit_writes(self, prepared: PreparedWrites) -> None:
+        _check_writes(prepared)
         self._db.run(lambda: put_writes(prepared), write=True)
 
     async def _acommit_writes(self, prepared: PreparedWrites) -> None:
+        _check_writes(prepared)
         await self._worker.submit(Call(lambda: put_writes(prepared), write=True))
 
     def _maintenance(self) -> Maintenance:
@@ -364,10 +390,12 @@ class PostgresCheckpointer(Checkpointer):
         await self._db.arun(lambda: self._maintenance().delete_runs(ids), write=True)
 
     def _copy_thread(self, source: str, target: str) -> None:
+        check_key("a thread id", target)
         s, t = encode_id(source), encode_id(target)
         self._db.run(lambda: self._maintenance().copy_thread(s, t), write=True, retries=0)
 
     async def _acopy_thread(self, source: str, target: str) -> None:
+        check_key("a thread id", target)
         s, t = encode_id(source), encode_id(target)
         await self._db.arun(lambda: self._maintenance().copy_thread(s, t), write=True, retries=0)
 

@@ -61,6 +61,8 @@ _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+=-]{0,127}")
 DRIVER_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
 _BACKOFF = {"base": 0.05, "cap": 1.0}  # waits base * 2**failures: 0.1, 0.2, 0.4, 0.8, 1, 1 s...
 _CERT_REQS = ("none", "optional", "required")
+# the longest socket_timeout (about 31 years): a socket cannot wait much longer
+_MAX_TIMEOUT = 10**9
 # Connections an asyncio client opens at most (per Cluster node); more concurrent commands
 # wait for a free one (see RedisTarget.async_client). A Cluster client may open a few more
 # for its own use (refreshing the slot map), outside the requests counted.
@@ -328,8 +330,15 @@ class RedisTarget:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ConfigurationError(f"option retries must be a whole number >= 0, got {retries!r}")
         timeout = options.get("socket_timeout", 10.0)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ConfigurationError(f"option socket_timeout must be seconds > 0, got {timeout!r}")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout <= _MAX_TIMEOUT
+        ):
+            raise ConfigurationError(
+                f"option socket_timeout must be seconds > 0 (finite, at most {_MAX_TIMEOUT:,}),"
+                f" got {timeout!r}"
+            )
         reqs = options.get("ssl_cert_reqs", "required")
         if reqs not in _CERT_REQS:
             raise ConfigurationError(f"option ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}")

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
+import os
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from types import TracebackType
+from types import NoneType, TracebackType
 from typing import Any, Self, TypeVar
 
 from langchain_core.runnables import RunnableConfig
@@ -46,10 +48,11 @@ from statekeeper.checkpointers.semantics import (
     MODES,
     ON_CORRUPT,
     check_choice,
+    check_limit,
     metadata_index_keys,
 )
 from statekeeper.errors import ConfigurationError, Damage, StorageError
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.urls import OptionKind, StorageURL, check_option, parse_options
 
 __all__ = ["RedisCheckpointer"]
 
@@ -58,22 +61,36 @@ Damages = list[Damage]
 Heads = list[Head]
 T = TypeVar("T")
 LAYOUT_VERSION = lua.LAYOUT_VERSION
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     "prefix": str,
-    "ttl": float,
+    "ttl": (float, NoneType),
     "refresh_on_read": bool,
     "compress": bool,
     "serde": object,
     "retries": int,
     "socket_timeout": float,
-    "ssl_ca_certs": str,
+    "ssl_ca_certs": (str, os.PathLike, NoneType),
     "ssl_cert_reqs": str,
     "claim_ttl": float,
     "mode": str,
     "on_corrupt": str,
     "async_io": str,
-    "index_metadata": str,  # comma-separated in a URL; a sequence as a keyword
+    "index_metadata": (str, list, tuple),  # comma-separated in a URL; a list as a keyword
 }
+
+# The longest ttl or claim_ttl, about 31 years: much longer ones overflow Redis's expiry
+# times in milliseconds, or the wait between a claim's renewals.
+MAX_SECONDS = 10**9
+
+
+def _seconds(value: object) -> bool:
+    """Whether ``value`` is a lifetime: a finite number of seconds > 0, not a bool."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < value <= MAX_SECONDS  # first: an int too large for a float is refused
+        and math.isfinite(value)
+    )
 
 
 class RedisCheckpointer(Checkpointer):
@@ -153,21 +170,23 @@ class RedisCheckpointer(Checkpointer):
         self._threads = check_choice("option async_io", options.async_io, ASYNC_IO) == "threads"
         self.on_corrupt = check_choice("option on_corrupt", on_corrupt, ON_CORRUPT)
         ttl, claim_ttl = options.ttl, options.claim_ttl
-        if ttl is not None and not (isinstance(ttl, int | float) and ttl > 0):
-            raise ConfigurationError(f"option ttl must be a number of seconds > 0, got {ttl!r}")
-        if options.refresh_on_read and ttl is None:
-            raise ConfigurationError("option refresh_on_read needs a ttl")
-        if isinstance(claim_ttl, bool) or not (
-            isinstance(claim_ttl, int | float) and claim_ttl > 0
-        ):
+        if ttl is not None and not _seconds(ttl):
             raise ConfigurationError(
-                f"option claim_ttl must be a number of seconds > 0, got {claim_ttl!r}"
+                f"option ttl must be a number of seconds > 0 (finite, at most {MAX_SECONDS:,}),"
+                f" got {ttl!r}"
+            )
+        if check_option("refresh_on_read", bool, options.refresh_on_read) and ttl is None:
+            raise ConfigurationError("option refresh_on_read needs a ttl")
+        if not _seconds(claim_ttl):
+            raise ConfigurationError(
+                "option claim_ttl must be a number of seconds > 0 (finite, at most "
+                f"{MAX_SECONDS:,}), got {claim_ttl!r}"
             )
         super().__init__(serde=serde or safe_serde())
         self.options = options
         self.prefix = options.prefix
         self.ttl = ttl
-        self.compress = compress
+        self.compress = check_option("compress", bool, compress)
         ttl_ms = round(ttl * 1000) if ttl else 0
         self.read_only = options.mode == "ro"
         self._plans = Plans(
@@ -292,7 +311,7 @@ class RedisCheckpointer(Checkpointer):
         """Checkpoints newest first (by checkpoint id, across every thread when ``config``
         is ``None``), whose metadata equals ``filter`` on every key, strictly older than
         ``before``; at most ``limit``. Read lazily, a page per script call."""
-        plan = self._plans.listing(self.serde, config, filter, before, limit)
+        plan = self._plans.listing(self.serde, config, filter, before, check_limit(limit))
         try:
             yield from self._conn.iterate(plan)
         except StorageError as exc:
@@ -402,7 +421,7 @@ class RedisCheckpointer(Checkpointer):
             async for item in listing:
                 yield item
             return
-        plan = self._plans.listing(self.serde, config, filter, before, limit)
+        plan = self._plans.listing(self.serde, config, filter, before, check_limit(limit))
         try:
             async for item in self._conn.aiterate(plan):
                 yield item

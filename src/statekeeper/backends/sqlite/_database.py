@@ -43,6 +43,8 @@ from statekeeper.errors import (
 __all__ = ["DRIVER_ERRORS", "MEMORY", "Database", "Migration", "wrap"]
 
 MEMORY = ":memory:"
+# SQLite waits at most 2**31 - 1 ms; a longer busy_timeout would wrap to no wait at all
+MAX_BUSY_TIMEOUT = (2**31 - 1) // 1000
 logger = logging.getLogger(__name__)
 
 # SQLite's result codes for damage it found itself: SQLITE_CORRUPT (any extended code)
@@ -96,8 +98,15 @@ class Database:
         mode: str = "rw",
         lenient_text: bool = False,
     ) -> None:
-        if busy_timeout < 0:
-            raise ConfigurationError(f"busy_timeout must be >= 0 seconds, got {busy_timeout!r}")
+        if (
+            isinstance(busy_timeout, bool)
+            or not isinstance(busy_timeout, int | float)
+            or not 0 <= busy_timeout <= MAX_BUSY_TIMEOUT
+        ):
+            raise ConfigurationError(
+                "busy_timeout must be a finite number of seconds >= 0 (at most "
+                f"{MAX_BUSY_TIMEOUT:,}), got {busy_timeout!r}"
+            )
         self.mode = check_choice("mode", mode, MODES)
         self.path = MEMORY if str(path) == MEMORY else str(Path(path).expanduser())
         self.component = component
@@ -220,11 +229,15 @@ class Database:
         except DRIVER_ERRORS as exc:
             raise StorageError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
 
-    def _connection(self) -> sqlite3.Connection:
+    def check_open(self) -> None:
+        """Raise :class:`StorageError` if :meth:`close` was called."""
         if self._closed:
             raise StorageError(
                 f"the SQLite database {self.path!r} is closed; open a new checkpointer or store"
             )
+
+    def _connection(self) -> sqlite3.Connection:
+        self.check_open()
         if self._pid != os.getpid():
             # A forked child must never share the parent's connection (SQLite forbids it).
             self._pid = os.getpid()

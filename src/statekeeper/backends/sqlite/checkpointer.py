@@ -78,12 +78,13 @@ from statekeeper.checkpointers.semantics import (
     ON_CORRUPT,
     before_id,
     check_choice,
+    check_limit,
     list_scope,
     location,
     metadata_index_keys,
 )
 from statekeeper.errors import ConfigurationError, CorruptCheckpointError, Damage
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.urls import OptionKind, StorageURL, check_option, parse_options
 
 __all__ = ["SqliteCheckpointer"]
 
@@ -95,13 +96,13 @@ logger = logging.getLogger(__name__)
 
 
 _LIST_PAGE = 100
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     "busy_timeout": float,
     "compress": bool,
     "serde": object,
     "mode": str,
     "on_corrupt": str,
-    "index_metadata": str,  # comma-separated in a URL; a sequence as a keyword
+    "index_metadata": (str, list, tuple),  # comma-separated in a URL; a list as a keyword
 }
 
 
@@ -147,7 +148,7 @@ class SqliteCheckpointer(Checkpointer):
     ) -> None:
         super().__init__(serde=serde or safe_serde())
         self.on_corrupt = check_choice("on_corrupt", on_corrupt, ON_CORRUPT)
-        self.compress = compress
+        self.compress = check_option("compress", bool, compress)
         # The last list payload written per (thread, ns, channel): the base of the next
         # append delta, and the bytes of the newest version without reading them back.
         self._recent = RecentPayloads()
@@ -276,7 +277,7 @@ class SqliteCheckpointer(Checkpointer):
         SQL, so a row whose key or metadata was damaged may be left out of it; whole
         listings, ``get_tuple`` and :meth:`verify` find it.
         """
-        if limit is not None and limit <= 0:
+        if (limit := check_limit(limit)) is not None and limit <= 0:
             return
         whole = not filter and before is None and (list_scope(config)[2] is None)
         yield from self._tuples(config, filter=filter, before=before, limit=limit, whole=whole)
@@ -378,6 +379,7 @@ class SqliteCheckpointer(Checkpointer):
         return decode_writes(self.serde, rows)
 
     def _claim(self, thread_id: str) -> contextlib.AbstractContextManager[None]:
+        self._db.check_open()  # a claim needs no query, but a closed checkpointer is closed
         return self._claims.claim(thread_id)  # a lock file beside the database
 
     def _claim_holder(self, thread_id: str) -> dict[str, Any] | None:
