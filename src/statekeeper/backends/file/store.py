@@ -50,8 +50,9 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 from statekeeper.memory.store.base import Plan, Write
+from statekeeper.memory.store.checks import OptionKind, store_options
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.urls import StorageURL
 
 __all__ = ["FileStore"]
 
@@ -61,7 +62,7 @@ _VERSION = 1
 _NAMESPACES = "namespaces"
 _LOCKS = "locks"
 _SUFFIX = ".json"
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     "mode": str,
     "lock_timeout": float,
     "fsync": bool,
@@ -127,7 +128,7 @@ class FileStore(ItemStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Open the directory a ``file://`` URL names, with its query options (text) and
         keyword ``options`` (``index`` among them); keywords win."""
-        merged = parse_options("file memory store", _OPTIONS, url.options, options)
+        merged = store_options("file memory store", _OPTIONS, url.options, options)
         return cls(directory_path(url), **merged)
 
     def __repr__(self) -> str:

@@ -10,7 +10,9 @@ does. Only this module and the ones it imports import ``redis``.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from types import NoneType
 from typing import Any, Self
 
 from langgraph.store.base import IndexConfig, TTLConfig
@@ -26,19 +28,20 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 from statekeeper.memory.store.base import Plan, Write
+from statekeeper.memory.store.checks import OptionKind, store_options
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.urls import StorageURL
 
 __all__ = ["RedisStore"]
 
 LAYOUT_VERSION = 1
 SCAN = 500  # registry entries, index members or items per paging call
 _CALLS = 100  # requests per pipelined batch
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     "prefix": str,
     "retries": int,
     "socket_timeout": float,
-    "ssl_ca_certs": str,
+    "ssl_ca_certs": (str, os.PathLike, NoneType),
     "ssl_cert_reqs": str,
     "mode": str,
     "semantic_weight": float,
@@ -102,7 +105,7 @@ class RedisStore(ItemStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Build from a parsed URL: its query options (text) and keyword ``options``
         (``index`` among them); keywords win."""
-        merged = parse_options("Redis memory store", _OPTIONS, url.options, options)
+        merged = store_options("Redis memory store", _OPTIONS, url.options, options)
         connection, rest = RedisOptions.split(merged)
         return cls(url.raw.split("?", 1)[0], connection, **rest)
 

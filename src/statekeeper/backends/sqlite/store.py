@@ -32,11 +32,12 @@ from statekeeper.backends.sqlite._store_ops import (
 from statekeeper.backends.sqlite._store_schema import MIGRATIONS
 from statekeeper.errors import ReadOnlyError
 from statekeeper.memory.store.base import MemoryStore, Plan, Write
-from statekeeper.urls import StorageURL, parse_options
+from statekeeper.memory.store.checks import OptionKind, store_options
+from statekeeper.urls import StorageURL
 
 __all__ = ["SqliteStore"]
 
-_OPTIONS: dict[str, type] = {
+_OPTIONS: dict[str, OptionKind] = {
     "busy_timeout": float,
     "mode": str,
     "semantic_weight": float,
@@ -92,7 +93,7 @@ class SqliteStore(MemoryStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Open the database a ``sqlite://`` or ``memory://`` URL names, with its query
         options (text) and keyword ``options`` (``index`` among them); keywords win."""
-        merged = parse_options("memory store", _OPTIONS, url.options, options)
+        merged = store_options("memory store", _OPTIONS, url.options, options)
         return cls(database_path(url), **merged)
 
     @property

@@ -8,39 +8,39 @@ sees the same instant: an item expired for one of them is expired for all.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 
 from langchain_core.embeddings import Embeddings
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     IndexConfig,
-    InvalidNamespaceError,
+    Item,
     ListNamespacesOp,
+    NamespacePath,
+    NotProvided,
     Op,
     PutOp,
     Result,
+    SearchItem,
     SearchOp,
     TTLConfig,
     ensure_embeddings,
-    validate_op_namespace,
 )
 
 from statekeeper.errors import ConfigurationError
 from statekeeper.memory.embeddings import as_embeddings, check_dims
 from statekeeper.memory.notes import NOTE_KIND
-from statekeeper.memory.store import lexical
-from statekeeper.memory.store.search import Fusion, check_list, check_page
+from statekeeper.memory.store import checks, lexical
+from statekeeper.memory.store.search import Fusion
 from statekeeper.memory.store.values import (
     Fields,
-    check_filter,
-    check_text,
     encode_value,
     indexed_texts,
     pack_vector,
@@ -49,8 +49,6 @@ from statekeeper.memory.store.values import (
 )
 
 __all__ = ["MemoryStore", "Plan", "Step", "Write", "clock", "stamp"]
-
-_TTL_KEYS = ("default_ttl", "refresh_on_read", "omit_expired", "sweep_interval_minutes")
 
 
 def clock() -> float:
@@ -128,9 +126,10 @@ class MemoryStore(BaseStore):
     expired items (:meth:`_sweep`) and close (:meth:`close`).
 
     Guarantees of every subclass: operations run in order, a later one seeing an earlier
-    one; a batch is validated (values, keys, namespaces, filters, embeddings) before its
-    first write, so a refused batch writes nothing; values are stored as JSON and come
-    back equal; namespaces and keys of any unicode text are stored and matched exactly.
+    one; a batch is validated (values, keys, namespaces, filters, embeddings: the rules of
+    :mod:`~statekeeper.memory.store.checks`) before its first write, so a refused batch
+    writes nothing; values are stored as JSON and come back equal; namespaces and keys of
+    any unicode text are stored and matched exactly.
     One object serves the sync and async APIs from any thread.
     """
 
@@ -146,12 +145,10 @@ class MemoryStore(BaseStore):
         ttl: TTLConfig | None = None,
         semantic_weight: float = 0.5,
     ) -> None:
-        if not 0.0 <= semantic_weight <= 1.0:
-            raise ConfigurationError(f"semantic_weight must be in [0, 1], got {semantic_weight}")
-        self.semantic_weight = semantic_weight
-        self.ttl_config = _check_ttl_config(ttl)
-        self.index_config = dict(index) if index is not None else None
+        self.semantic_weight = checks.weight(semantic_weight)
+        self.ttl_config = checks.ttl_config(ttl)
         self.embeddings, self._dims, self._fields = _check_index(index)
+        self.index_config = dict(index) if index is not None else None
         # a model may say what cosine unrelated texts reach with it, and how much lexical
         # evidence its similarity needs to mean something (StaticEmbeddings does)
         floor = getattr(self.embeddings, "similarity_floor", None)
@@ -176,6 +173,74 @@ class MemoryStore(BaseStore):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    # BaseStore's methods turn a key into text (None into "None") and iterate a namespace
+    # before batching: these check both first (checks.namespace, checks.key), then let it.
+
+    def put(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        super().put(checks.namespace(namespace), checks.key(key), value, index, ttl=ttl)
+
+    async def aput(
+        self,
+        namespace: tuple[str, ...],
+        key: str,
+        value: Mapping[str, Any],
+        index: Literal[False] | list[str] | None = None,
+        *,
+        ttl: float | NotProvided | None = NOT_PROVIDED,
+    ) -> None:
+        ns, checked = checks.namespace(namespace), checks.key(key)
+        await super().aput(ns, checked, value, index, ttl=ttl)
+
+    def get(self, namespace: tuple[str, ...], key: str, **options: Any) -> Item | None:
+        return super().get(checks.namespace(namespace), checks.key(key), **options)
+
+    async def aget(self, namespace: tuple[str, ...], key: str, **options: Any) -> Item | None:
+        return await super().aget(checks.namespace(namespace), checks.key(key), **options)
+
+    def delete(self, namespace: tuple[str, ...], key: str) -> None:
+        super().delete(checks.namespace(namespace), checks.key(key))
+
+    async def adelete(self, namespace: tuple[str, ...], key: str) -> None:
+        await super().adelete(checks.namespace(namespace), checks.key(key))
+
+    def search(self, namespace_prefix: tuple[str, ...], /, **options: Any) -> list[SearchItem]:
+        prefix = checks.namespace(namespace_prefix, "namespace prefix")
+        return super().search(prefix, **options)
+
+    async def asearch(
+        self, namespace_prefix: tuple[str, ...], /, **options: Any
+    ) -> list[SearchItem]:
+        prefix = checks.namespace(namespace_prefix, "namespace prefix")
+        return await super().asearch(prefix, **options)
+
+    def list_namespaces(
+        self,
+        *,
+        prefix: NamespacePath | None = None,
+        suffix: NamespacePath | None = None,
+        **options: Any,
+    ) -> list[tuple[str, ...]]:
+        prefix, suffix = _paths(prefix, suffix)
+        return super().list_namespaces(prefix=prefix, suffix=suffix, **options)
+
+    async def alist_namespaces(
+        self,
+        *,
+        prefix: NamespacePath | None = None,
+        suffix: NamespacePath | None = None,
+        **options: Any,
+    ) -> list[tuple[str, ...]]:
+        prefix, suffix = _paths(prefix, suffix)
+        return await super().alist_namespaces(prefix=prefix, suffix=suffix, **options)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order; results in the same order."""
@@ -209,38 +274,21 @@ class MemoryStore(BaseStore):
     def _plan(self, ops: Iterable[Op]) -> Plan:
         # Validation and encoding happen here, before any lock is taken.
         plan = Plan()
-        for op in ops:
+        for op in checks.check_ops(ops):
             if isinstance(op, PutOp):
                 plan.steps.append(self._write(op, plan))
-            elif isinstance(op, GetOp | SearchOp | ListNamespacesOp):
-                validate_op_namespace(op)
-                if isinstance(op, GetOp):
-                    check_text(op.key, "key")
-                elif isinstance(op, SearchOp):
-                    _check_search(op)
-                    if op.query and op.query.strip() and op.query not in plan.queries:
-                        plan.queries.append(op.query)
-                else:
-                    check_list(op)
-                plan.steps.append(op)
-            else:
-                raise ConfigurationError(f"unknown store operation: {op!r}")
+                continue
+            query = op.query if isinstance(op, SearchOp) else None
+            if query and query.strip() and query not in plan.queries:
+                plan.queries.append(query)
+            assert isinstance(op, GetOp | SearchOp | ListNamespacesOp)
+            plan.steps.append(op)
         return plan
 
     def _write(self, op: PutOp, plan: Plan) -> Write:
-        validate_op_namespace(op)
-        check_text(op.key, "key")
+        # op passed checks.check_op
         if op.value is None:
             return Write(op.namespace, op.key, None, None, (), ())
-        if not op.namespace or op.namespace[0] == "langgraph":
-            raise InvalidNamespaceError(
-                f"cannot put into namespace {op.namespace!r}: it must have at least one "
-                "label and its first label cannot be 'langgraph'"
-            )
-        if op.ttl is not None and not (
-            isinstance(op.ttl, int | float) and math.isfinite(op.ttl) and op.ttl > 0
-        ):
-            raise ConfigurationError(f"ttl must be a number of minutes > 0, got {op.ttl!r}")
         value = encode_value(op.value)
         texts: list[tuple[str, str]] = []
         fields: Fields | None = None
@@ -255,14 +303,6 @@ class MemoryStore(BaseStore):
         plan.to_embed.append((len(plan.steps), tuple(path for path, _ in texts)))
         plan.texts.extend(text for _, text in texts)
         return Write(op.namespace, op.key, value, op.ttl, terms, ())
-
-
-def _check_search(op: SearchOp) -> None:
-    check_page(op.limit, op.offset)
-    if op.query is not None and not isinstance(op.query, str):
-        raise ConfigurationError(f"a search query must be text, got {op.query!r}")
-    if op.filter is not None:
-        check_filter(op.filter)
 
 
 def _check_index(
@@ -287,15 +327,11 @@ def _check_index(
         raise ConfigurationError(f"cannot use the index's embed: {exc}") from exc
 
 
-def _check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
-    if ttl is None:
-        return None
-    unknown = [key for key in ttl if key not in _TTL_KEYS]
-    if unknown:
-        raise ConfigurationError(f"unknown ttl option(s) {unknown}; known: {', '.join(_TTL_KEYS)}")
-    default = ttl.get("default_ttl")
-    if default is not None and not (
-        isinstance(default, int | float) and math.isfinite(default) and default > 0
-    ):
-        raise ConfigurationError(f"default_ttl must be minutes > 0, got {default!r}")
-    return ttl
+def _paths(
+    prefix: NamespacePath | None, suffix: NamespacePath | None
+) -> tuple[NamespacePath | None, NamespacePath | None]:
+    """list_namespaces' ``prefix`` and ``suffix``, checked (``*`` is one label)."""
+    return (
+        None if prefix is None else checks.namespace(prefix, "namespace prefix"),
+        None if suffix is None else checks.namespace(suffix, "namespace suffix"),
+    )

@@ -1,5 +1,5 @@
 """Search rules every memory store shares, whatever holds its items (see
-``docs/memory-store.md``): the checks of a page, the lexical and semantic parts of a
+``docs/memory-store.md``): the lexical and semantic parts of a
 score and how they mix and rank, and which namespaces ``list_namespaces`` returns.
 
 A store finds its candidates its own way (FTS5 on SQLite, a scan of the items under the
@@ -16,15 +16,12 @@ from typing import TypeVar
 
 from langgraph.store.base import ListNamespacesOp, MatchCondition
 
-from statekeeper.errors import ConfigurationError
 from statekeeper.memory.store.lexical import coverage, weights
 from statekeeper.memory.store.values import cosine, unpack_vector
 
 __all__ = [
     "Fusion",
     "bm25",
-    "check_list",
-    "check_page",
     "lexical_scores",
     "literal_prefix",
     "rank",
@@ -38,14 +35,6 @@ K = TypeVar("K", bound=Hashable)
 _K1 = 1.2
 _B = 0.75
 _MIN_IDF = 1e-6
-
-
-def check_page(limit: int, offset: int) -> None:
-    """Refuse a negative ``limit`` or ``offset`` (a slice would count them from the end)."""
-    if not isinstance(limit, int) or limit < 0 or not isinstance(offset, int) or offset < 0:
-        raise ConfigurationError(
-            f"limit and offset must be integers >= 0, got limit={limit!r}, offset={offset!r}"
-        )
 
 
 def lexical_scores(
@@ -153,18 +142,6 @@ def bm25(wanted: Collection[str], docs: Mapping[K, Sequence[str]]) -> dict[K, fl
 
 
 # -- list_namespaces -------------------------------------------------------------------------
-
-
-def check_list(op: ListNamespacesOp) -> None:
-    """Refuse unknown match types, a bad page or a ``max_depth`` below 1."""
-    for condition in op.match_conditions or ():
-        if condition.match_type not in ("prefix", "suffix"):
-            raise ConfigurationError(
-                f"unknown namespace match type {condition.match_type!r}; use 'prefix' or 'suffix'"
-            )
-    check_page(op.limit, op.offset)
-    if op.max_depth is not None and op.max_depth < 1:
-        raise ConfigurationError(f"max_depth must be at least 1, got {op.max_depth!r}")
 
 
 def literal_prefix(op: ListNamespacesOp) -> tuple[str, ...]:

@@ -13,14 +13,13 @@ from typing import Any
 from langgraph.store.base import get_text_at_path, tokenize_path
 
 from statekeeper._storage.json import json_equal
-from statekeeper.errors import ConfigurationError, InvalidIdError, SerializationError
+from statekeeper.errors import ConfigurationError, SerializationError
 from statekeeper.memory.notes import NOTE_KIND
+from statekeeper.memory.store.checks import FILTER_OPERATORS, MAX_DEPTH, deeper_than, shown
 
 __all__ = [
     "FILTER_OPERATORS",
     "Fields",
-    "check_filter",
-    "check_text",
     "cosine",
     "decode_value",
     "encode_value",
@@ -41,29 +40,24 @@ _NOTE_FIELDS: Fields = (("text", ["text"]), ("topics[*]", ["topics", "[*]"]))
 _WHOLE: Fields = ((WHOLE_VALUE, [WHOLE_VALUE]),)
 
 
-def check_text(text: str, what: str) -> str:
-    """Return ``text`` if SQLite can store it exactly (valid UTF-8: no lone surrogates)."""
-    if not isinstance(text, str):
-        raise InvalidIdError(f"{what} must be a string, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidIdError(f"{what} {text!r} is not valid unicode text: {exc.reason}") from None
-    return text
-
-
 def encode_value(value: Mapping[str, Any]) -> str:
     """The value as JSON text; it comes back equal to what was given, or this raises.
 
     Raises:
         SerializationError: the value is not JSON (a set, a datetime, NaN, a non-string
-            key) or would not come back as given (a tuple comes back as a list).
+            key) or would not come back as given (a tuple comes back as a list), or nests
+            more than ``MAX_DEPTH`` levels.
     """
+    if deeper_than(value, MAX_DEPTH):
+        raise SerializationError(
+            f"store values nest at most {MAX_DEPTH} levels of objects and lists; this one is "
+            "deeper (or contains itself)"
+        )
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         if not isinstance(value, dict) or json.loads(text) != value:
             raise TypeError("it would come back altered (a tuple as a list, a key as text)")
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise SerializationError(
             f"store values must be JSON objects of strings, numbers, booleans, None, lists "
             f"and objects with string keys; this one cannot be stored exactly: {exc}"
@@ -87,8 +81,8 @@ def parse_fields(fields: Sequence[str] | None) -> Fields | None:
     ``None`` for the default, which depends on the value (see :func:`indexed_texts`)."""
     if fields is None:
         return None
-    if isinstance(fields, str) or not all(isinstance(f, str) and f for f in fields):
-        raise ConfigurationError(f"index fields must be a list of paths, got {fields!r}")
+    if not isinstance(fields, list | tuple) or not all(isinstance(f, str) and f for f in fields):
+        raise ConfigurationError(f"index fields must be a list of paths, got {shown(fields)}")
     return tuple((f, [WHOLE_VALUE] if f == WHOLE_VALUE else tokenize_path(f)) for f in fields)
 
 
@@ -122,7 +116,7 @@ def matches_filter(value: Mapping[str, Any], conditions: Mapping[str, Any]) -> b
     mapping matches the fields it names; a list matches element by element; anything else
     is JSON equality (``True`` never equals ``1``). Order operators compare numbers with
     numbers and strings with strings; other pairs do not match. Check the filter with
-    :func:`check_filter` first.
+    :func:`~statekeeper.memory.store.checks.check_filter` first.
     """
     return all(_meets(_field(value, key), expected) for key, expected in conditions.items())
 
@@ -133,24 +127,6 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
     "$lt": operator.lt,
     "$lte": operator.le,
 }
-FILTER_OPERATORS = ("$eq", "$ne", *_ORDER)
-
-
-def check_filter(conditions: object) -> None:
-    """Refuse a filter that is not a mapping or uses an operator not in FILTER_OPERATORS."""
-    if not isinstance(conditions, Mapping):
-        raise ConfigurationError(f"a search filter must be a mapping, got {conditions!r}")
-    for expected in conditions.values():
-        if not isinstance(expected, Mapping):
-            continue
-        is_operators = any(isinstance(k, str) and k.startswith("$") for k in expected)
-        if is_operators and any(k not in FILTER_OPERATORS for k in expected):
-            raise ConfigurationError(
-                f"unknown filter operator in {dict(expected)!r}; "
-                f"supported: {', '.join(FILTER_OPERATORS)}"
-            )
-        if not is_operators:
-            check_filter(expected)
 
 
 def _field(value: Mapping[str, Any], key: str) -> Any:
