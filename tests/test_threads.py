@@ -169,3 +169,34 @@ def test_savers_without_claims_are_never_running() -> None:
         {"log": []}, {"configurable": {"thread_id": THREAD}}, durability="sync"
     )
     assert _status(saver) == ("done", (), [])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"metadata": "x"}, "metadata must be a mapping of str keys .*, got str 'x'$"),
+        ({"metadata": [("team", "a")]}, "metadata must be a mapping of str keys"),
+        ({"metadata": {1: "a"}}, "metadata must be a mapping of str keys"),
+        ({"match": 5}, "match must be text to find in thread ids, got int 5$"),
+        ({"status": 5}, "status must be one of running, .*, got int 5$"),
+        ({"status": ["done", None]}, "unknown status None; use one of running"),
+        ({"status": [["done"]]}, r"unknown status \['done'\]"),
+        ({"limit": "3"}, "limit must be at least 1, got '3'$"),
+        ({"limit": True}, "limit must be at least 1, got True$"),
+    ],
+)
+def test_listing_arguments_of_the_wrong_type_are_refused_in_one_line(
+    arguments: dict[str, Any], message: str
+) -> None:
+    from statekeeper.errors import ConfigurationError
+    from statekeeper.threads import list_threads, page_threads
+
+    with open_checkpointer("memory://") as saver:
+        for listing in (list_threads, page_threads):
+            with pytest.raises(ConfigurationError, match=message) as e:
+                listing(saver, **arguments)
+            assert "\n" not in str(e.value)
+        with pytest.raises(ConfigurationError, match="after must be a thread id"):
+            list_threads(saver, after=5)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="cursor 5 is not one a page"):
+            page_threads(saver, cursor=5)  # type: ignore[arg-type]

@@ -30,9 +30,7 @@ LangGraph's ``get_state().next`` is then empty, but the run is not finished, and
 
 from __future__ import annotations
 
-import base64
 import itertools
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -40,6 +38,7 @@ from typing import Any, Literal
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint, CheckpointTuple
 
+from statekeeper._thread_args import check_limit, check_listing, decode_cursor, encode_cursor
 from statekeeper.checkpointers.heads import Head, pager
 from statekeeper.errors import ConfigurationError, StatekeeperError
 
@@ -137,13 +136,15 @@ def list_threads(
     it). Another saver (LangGraph's own) is scanned once: every checkpoint.
 
     Raises:
-        ConfigurationError: ``limit`` is not positive, a status is unknown, or ``after``
-            names no thread with a root checkpoint.
+        ConfigurationError: an argument of the wrong type (``limit`` a positive int,
+            ``after`` a thread id, ``status`` one of :data:`STATUSES` or several,
+            ``metadata`` a mapping with ``str`` keys, ``match`` text), or ``after`` names
+            no thread with a root checkpoint. Nothing is read before the check.
     """
-    if limit is not None and (type(limit) is not int or limit < 1):
-        raise ConfigurationError(f"limit must be at least 1, got {limit!r}")
+    check_limit(limit, optional=True)
+    wanted = check_listing(STATUSES, after=after, status=status, metadata=metadata, match=match)
     start = None if after is None else _head_of(saver, after)
-    heads = _heads(saver, start, _keep(saver, status, metadata, match), limit)
+    heads = _heads(saver, start, _keep(saver, wanted, metadata, match), limit)
     return [head.thread_id for head in itertools.islice(heads, limit)]
 
 
@@ -167,11 +168,12 @@ def _heads(
 
 def _keep(
     saver: BaseCheckpointSaver[Any],
-    status: Status | Iterable[Status] | None,
+    wanted: frozenset[str] | None,
     metadata: Mapping[str, Any] | None,
     match: str | None,
 ) -> Callable[[Head], bool] | None:
-    """The test a listing's filters make of a head; ``None`` when nothing is filtered."""
+    """The test a listing's filters (checked by ``check_listing``) make of a head;
+    ``None`` when nothing is filtered."""
     tests: list[Callable[[Head], bool]] = []
     if match:
         needle = match.casefold()
@@ -182,12 +184,7 @@ def _keep(
             for tup in saver.list(None, filter=dict(metadata))
         }
         tests.append(lambda head: head.thread_id in members)
-    if status is not None:
-        wanted = {status} if isinstance(status, str) else set(status)
-        if unknown := wanted - set(STATUSES):
-            raise ConfigurationError(
-                f"unknown status {sorted(unknown)[0]!r}; use one of {', '.join(STATUSES)}"
-            )
+    if wanted is not None:
         tests.append(lambda head: _status_of(saver, head.thread_id) in wanted)
     if not tests:
         return None
@@ -205,7 +202,7 @@ def _status_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> Status | None
 def _head_of(saver: BaseCheckpointSaver[Any], thread_id: str) -> Head:
     """Where ``thread_id`` stands in the index now: its newest root checkpoint."""
     config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-    tup = saver.get_tuple(config) if isinstance(thread_id, str) else None
+    tup = saver.get_tuple(config)
     if tup is None:
         raise ConfigurationError(
             f"after={thread_id!r} names no thread with a checkpoint; list from the start"
@@ -450,37 +447,17 @@ def page_threads(
     thread deleted meanwhile does not stop it.
 
     Raises:
-        ConfigurationError: ``limit`` is not positive, or ``cursor`` is not one this
-            function returned.
+        ConfigurationError: an argument of the wrong type (as for :func:`list_threads`),
+            or ``cursor`` is not one this function returned.
     """
-    if type(limit) is not int or limit < 1:
-        raise ConfigurationError(f"limit must be at least 1, got {limit!r}")
-    start = None if cursor is None else _decode_cursor(cursor)
-    heads = _heads(saver, start, _keep(saver, status, metadata, match), limit)
+    check_limit(limit, optional=False)
+    wanted = check_listing(STATUSES, status=status, metadata=metadata, match=match)
+    start = None if cursor is None else decode_cursor(cursor)
+    heads = _heads(saver, start, _keep(saver, wanted, metadata, match), limit)
     found = list(itertools.islice(heads, limit + 1))
     page = found[:limit]
     more = len(found) > limit
-    return ThreadPage(tuple(h.thread_id for h in page), _encode_cursor(page[-1]) if more else None)
-
-
-def _encode_cursor(head: Head) -> str:
-    text = json.dumps([head.checkpoint_id, head.thread_id], ensure_ascii=False)
-    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: object) -> Head:
-    place: Any = None
-    if isinstance(cursor, str):
-        try:
-            place = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        except ValueError:  # not base64, not UTF-8 or not JSON
-            place = None
-    if not (isinstance(place, list) and len(place) == 2 and all(type(p) is str for p in place)):
-        raise ConfigurationError(
-            f"cursor {cursor!r} is not one a page of threads returned; start again from "
-            "the first page"
-        )
-    return Head(place[1], place[0])
+    return ThreadPage(tuple(h.thread_id for h in page), encode_cursor(page[-1]) if more else None)
 
 
 def interrupts(tup: CheckpointTuple) -> list[Any]:

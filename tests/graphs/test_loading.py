@@ -109,3 +109,28 @@ def test_importing_graphs_imports_no_memory_cli_or_redis() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("ref", "shown"), [(5, "int 5"), (None, "NoneType None"), (b"a:b", "bytes b'a:b'")]
+)
+def test_a_reference_that_is_not_text(ref: object, shown: str) -> None:
+    with pytest.raises(GraphLoadError) as e:
+        load_graph(ref)  # type: ignore[arg-type]
+    assert str(e.value) == f"a graph reference is 'package.module:attr' text, got {shown}"
+    assert e.value.reason == "ref"
+
+
+def test_import_and_compile_errors_are_one_line(modules: Modules) -> None:
+    modules.write('raise RuntimeError("a\\nb")\n', name=f"{modules.name}_bad")
+    with pytest.raises(GraphLoadError, match=r"raised RuntimeError: a b$") as e:
+        load_graph(f"{modules.name}_bad:graph")
+    assert (e.value.reason, "\n" in str(e.value)) == ("import", False)
+    assert isinstance(e.value.__cause__, RuntimeError)
+    modules.write(
+        V1 + "\nclass Bad(StateGraph):\n    def compile(self, *a, **k):\n"
+        "        raise ValueError('x\\n  y')\n\nbad = Bad(Ticket)\n"
+    )
+    with pytest.raises(GraphLoadError, match=r"compiling it raised ValueError: x y$") as e:
+        load_graph(f"{modules.name}:bad")
+    assert e.value.reason == "compile"

@@ -235,3 +235,36 @@ def test_fork_of_an_older_checkpoint_holds_it_migrated(
     done = runner.resume("t")
     assert done.values["notes"] == ["intake", "triage p3 (v2)"]
     assert done.values["requester"] == "ada"
+
+
+@pytest.mark.parametrize(
+    ("migration", "named"),
+    [
+        ('values["requester"] = values.pop("customer")', None),
+        # keeps the removed v1 field: a copy, not a rename
+        ('values["requester"] = values["customer"]', "'customer'"),
+        ('values["requester"] = values.pop("customer"); values["zzz"] = 1', "'zzz'"),
+    ],
+)
+def test_keys_a_migration_returns_that_are_not_fields_are_refused(
+    runner: Runner, saver: Any, modules: Modules, migration: str, named: str | None
+) -> None:
+    """What a migration returns is stored as the state's channels: a key that is no
+    field of the state (as ``fork(values=...)`` refuses it) is refused, nothing written."""
+    failed_in_triage(runner, modules, V1_INPUT)
+    before = checkpoints(saver, "t")
+    modules.write(V2.replace('values["requester"] = values.pop("customer")', migration))
+    if named is None:  # the rename itself migrates
+        assert runner.migrate("t") is not None
+        return
+    for attempt in (runner.resume, runner.migrate, runner.state):
+        with pytest.raises(StateValidationError) as e:
+            attempt("t")
+        message = str(e.value)
+        assert "migration v1_to_v2 from version 1 to 2 returned keys" in message
+        assert f"not channels of Ticket: {named} (it has: " in message
+        assert (e.value.thread_id, e.value.field) == ("t", named.strip("'"))
+    with pytest.raises(StateValidationError, match="returned keys"):
+        runner.fork("t", before[0][0], to_thread="copy")
+    assert checkpoints(saver, "t") == before
+    assert checkpoints(saver, "copy") == []

@@ -16,6 +16,8 @@ from statekeeper.checkpointers import open_checkpointer
 from statekeeper.errors import (
     AnswerRequiredError,
     ConfigurationError,
+    GraphLoadError,
+    InvalidInputError,
     NoPendingInterruptError,
     NothingToResumeError,
     ThreadBusyError,
@@ -269,3 +271,29 @@ def test_fork_into_a_new_thread_copies_the_history(
     with pytest.raises(ThreadNotFoundError, match="checkpoint 'nope'"):
         runner.fork("t", "nope", to_thread="other")
     assert checkpoints(saver, "other") == []
+
+
+@pytest.mark.parametrize("ref", [None, 5])
+def test_run_with_a_reference_that_is_not_text(runner: Runner, saver: Any, ref: Any) -> None:
+    with pytest.raises(GraphLoadError, match=r"a graph reference is 'package\.module:attr' text"):
+        runner.run(ref, {}, thread_id="x")
+    assert checkpoints(saver, "x") == []
+
+
+def test_invalid_input_is_one_line_with_every_problem_listed(
+    runner: Runner, saver: Any, modules: Modules
+) -> None:
+    ref = modules.write(V1)
+    bad = {"customer": 5, "priority": "3", "nokey": 1, "other": 2}
+    with pytest.raises(InvalidInputError) as e:
+        runner.run(ref, bad, thread_id="t")
+    message = str(e.value)
+    assert "\n" not in message
+    assert message == (
+        f"the input of graph {ref!r} does not fit Ticket; nothing was run or written: "
+        "nokey: not a field of Ticket (its fields: messages, notes, customer, legacy_flag, "
+        "priority) (and 2 more)"
+    )
+    assert [path for path, _ in e.value.errors] == ["nokey", "other", "customer"]
+    assert e.value.field == "nokey"
+    assert checkpoints(saver, "t") == []

@@ -139,3 +139,35 @@ def test_migrations_are_registered_per_class_and_checked() -> None:
 
         class Broken(VersionedState):
             schema_version: ClassVar[int] = 0
+
+
+def test_a_failing_migrations_message_is_one_line() -> None:
+    class Lines(VersionedState):
+        schema_version: ClassVar[int] = 2
+        topic: str
+
+    @Lines.migration(from_version=1)
+    def _fails(values: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("bad\nmigration")
+
+    with pytest.raises(StateValidationError, match="RuntimeError: bad migration") as e:
+        Lines.load({"topic": "x"}, 1, thread_id="t")
+    assert "\n" not in str(e.value)
+    assert isinstance(e.value.__cause__, RuntimeError)
+
+
+def test_keys_a_migration_returns_must_be_channels_of_the_state() -> None:
+    # _subject_to_topic passes every other key on: "zzz" and a removed "subject2" would be
+    # stored as channels no field reads
+    with pytest.raises(StateValidationError) as e:
+        Chat.load({"subject": "x", "zzz": 1, "subject2": "y"}, 1, thread_id="t", checkpoint_id="c")
+    message = str(e.value)
+    assert "migration _tally_to_ints from version 2 to 3 returned keys" in message
+    assert "not channels of Chat: 'zzz', 'subject2'" in message
+    assert "\n" not in message
+    assert (e.value.thread_id, e.value.checkpoint_id, e.value.field) == ("t", "c", "zzz")
+    # the graph's other channels (a node's private state) may be returned
+    state, values = Chat.load({"subject": "x", "zzz": 1}, 1, channels=("zzz",))
+    assert (state.topic, values["zzz"]) == ("x", 1)
+    # state already at the current version is not migrated, so not checked so
+    assert Chat.load({"topic": "x", "zzz": 1}, 3)[1] == {"topic": "x", "zzz": 1}

@@ -280,6 +280,70 @@ class TestConfiguration:
         with pytest.raises(ConfigurationError, match="namespace"):
             node(InMemoryStore(), namespace=namespace)({"messages": turns(10)}, CONFIG)
 
+    @pytest.mark.parametrize(
+        "namespace", [(), "abc", ("a.b",), ("",), ("a\x00",), ("a", 5), ["notes"], 5]
+    )
+    def test_a_namespace_is_checked_when_the_options_are_made(self, namespace: Any) -> None:
+        with pytest.raises(ConfigurationError, match="invalid notes namespace") as e:
+            NoteOptions(namespace=namespace)
+        assert "\n" not in str(e.value)
+
+    def test_a_namespace_function_is_checked_when_called(self) -> None:
+        summarize = node(InMemoryStore(), namespace=lambda config: ("a", "b.c"))
+        with pytest.raises(ConfigurationError, match=r"invalid notes namespace \('a', 'b.c'\)"):
+            summarize({"messages": turns(10)}, CONFIG)
+        lists = node(InMemoryStore(), namespace=lambda config: ["users", "ana"])
+        assert lists({"messages": turns(10)}, CONFIG)["summary"]["notes_namespace"] == [
+            "users",
+            "ana",
+        ]
+
+    @pytest.mark.parametrize(
+        ("arguments", "message"),
+        [
+            ({"budget_tokens": "10"}, "budget_tokens must be an int, not '10'"),
+            ({"budget_tokens": True}, "budget_tokens must be an int, not True"),
+            ({"budget_tokens": 10, "keep_tokens": 2.5}, "keep_tokens must be an int or None"),
+            ({"budget_tokens": 10, "summarizer": "extractive"}, "summarizer must be a Summarizer"),
+            ({"budget_tokens": 10, "notes": {"namespace": ("a",)}}, "notes must be a NoteOptions"),
+            ({"budget_tokens": 10, "state": "messages"}, "state must be a StateOptions"),
+        ],
+    )
+    def test_arguments_of_the_wrong_type(self, arguments: dict[str, Any], message: str) -> None:
+        with pytest.raises(ConfigurationError, match=message):
+            SummarizationNode(**arguments)
+
+    @pytest.mark.parametrize(
+        ("options", "message"),
+        [
+            (lambda: NoteOptions(clock="now"), "clock must be a function"),
+            (lambda: StateOptions(messages_key=""), "channel's name must be text"),
+            (lambda: StateOptions(summary_key=5), "channel's name must be text"),
+            (lambda: StateOptions(token_counter=100), "token_counter must be a function"),
+        ],
+    )
+    def test_option_fields_of_the_wrong_type(self, options: Any, message: str) -> None:
+        with pytest.raises(ConfigurationError, match=message):
+            options()
+
+    @pytest.mark.parametrize(
+        ("state", "message"),
+        [
+            ({"messages": [5]}, r"state\['messages'\]\[0\] must be a message .*got int 5$"),
+            ({"messages": ["hi"]}, r"state\['messages'\]\[0\] must be a message"),
+            ({"messages": "hello"}, r"state\['messages'\] must be a list of messages, got str"),
+            ({"messages": 7}, r"state\['messages'\] must be a list of messages, got int 7"),
+            ({"messages": [], "summary": 5}, r"state\['summary'\] must be a RunningSummary"),
+            ({"messages": [], "summary": {"text": "x"}}, r"RunningSummary, .*\(it lacks"),
+        ],
+    )
+    def test_state_that_is_not_messages_is_refused_in_one_line(
+        self, state: dict[str, Any], message: str
+    ) -> None:
+        with pytest.raises(ConfigurationError, match=message) as e:
+            node(store=False, budget_tokens=10)(state, CONFIG)
+        assert "\n" not in str(e.value)
+
     def test_default_namespace_escapes_thread_ids(self) -> None:
         assert notes_namespace("a.b") == ("notes", "a%2Eb")
         assert notes_namespace("a%2Eb") == ("notes", "a%252Eb")

@@ -19,7 +19,7 @@ from statekeeper.graphs._input import _LAX, _shown, _unwrap
 from statekeeper.graphs.loading import state_schema
 from statekeeper.graphs.state import invalid_state, raised, validate
 
-__all__ = ["edited_values"]
+__all__ = ["edited_values", "state_channels"]
 
 _SHOWN = 5  # unknown keys named in the message; the rest are counted
 
@@ -51,7 +51,7 @@ def edited_values(
             checkpoint_id=checkpoint_id,
         )
     schema = state_schema(graph)
-    hints = _channels(graph)
+    hints = state_channels(graph)
     _known_keys(schema, hints, values, **ids)
     edited = dict(values)
     rest = list(edited)
@@ -109,7 +109,7 @@ def _required(schema: Any) -> list[str]:
     ]
 
 
-def _channels(graph: Pregel[Any]) -> dict[str, Any]:
+def state_channels(graph: Pregel[Any]) -> dict[str, Any]:
     """The channels an edit may set, each with its declared type (``Any`` when none is
     known): the state schema's fields first, then those of the nodes' own schemas. A
     graph that is not a ``StateGraph`` has the state channels a checkpoint shows."""

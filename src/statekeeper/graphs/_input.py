@@ -19,10 +19,10 @@ from langgraph.pregel import Pregel
 from typing_extensions import ReadOnly
 
 from statekeeper.errors import InvalidInputError
+from statekeeper.graphs.state import one_line
 
 __all__ = ["check_input"]
 
-_SHOWN = 5  # problems listed in the message; the rest are counted
 _VALUE = 40  # widest input value repeated in a problem
 
 
@@ -47,7 +47,8 @@ def check_input(graph: Pregel[Any], input: Any, *, graph_ref: str | None = None)
     value (``StateGraph(list)``) or that are not ``StateGraph``\\ s, are not checked.
 
     Raises:
-        InvalidInputError: every problem found, each with its dotted field path.
+        InvalidInputError: one line naming the first problem and counting the others;
+            ``errors`` lists every problem found, each with its dotted field path.
     """
     builder = getattr(graph, "builder", None)
     if not isinstance(builder, StateGraph):
@@ -153,14 +154,16 @@ def _message(error: Any) -> str:
 def _error(
     graph_ref: str | None, name: str, problems: list[tuple[str | None, str]]
 ) -> InvalidInputError:
+    """One line: the first problem, and how many more there are (``errors`` lists all)."""
     of = f" of graph {graph_ref!r}" if graph_ref else ""
-    lines = [f"  {path}: {text}" if path else f"  {text}" for path, text in problems[:_SHOWN]]
-    if len(problems) > _SHOWN:
-        lines.append(f"  (and {len(problems) - _SHOWN} more)")
+    listed = tuple((path, one_line(text)) for path, text in problems)
+    path, text = listed[0]
+    first = f"{path}: {text}" if path else text
+    more = f" (and {len(listed) - 1} more)" if len(listed) > 1 else ""
     return InvalidInputError(
-        f"the input{of} does not fit {name}; nothing was run or written:\n" + "\n".join(lines),
-        field=problems[0][0],
-        errors=tuple(problems),
+        f"the input{of} does not fit {name}; nothing was run or written: {first}{more}",
+        field=path,
+        errors=listed,
     )
 
 

@@ -13,8 +13,11 @@ from langgraph.graph import StateGraph
 from langgraph.pregel import Pregel
 
 from statekeeper.errors import GraphLoadError
+from statekeeper.graphs.state import one_line, raised
 
 __all__ = ["load_graph", "state_saver", "state_schema"]
+
+_SHOWN = 60  # widest non-text reference repeated in a message
 
 
 def load_graph(ref: str, checkpointer: BaseCheckpointSaver[Any] | None = None) -> Pregel[Any]:
@@ -24,9 +27,10 @@ def load_graph(ref: str, checkpointer: BaseCheckpointSaver[Any] | None = None) -
     graph is copied with its checkpointer replaced (the module's object is unchanged).
 
     Raises:
-        GraphLoadError: the reference is malformed, the module or attribute does not
-            exist, importing or compiling raised (kept as ``__cause__``), or the
-            attribute is not a graph. ``reason`` says which.
+        GraphLoadError: the reference is not text or is malformed, the module or
+            attribute does not exist, importing or compiling raised (kept as
+            ``__cause__``), or the attribute is not a graph. ``reason`` says which; the
+            message is one line.
     """
     module_name, attr_path = _split(ref)
     module = _import(ref, module_name)
@@ -47,7 +51,7 @@ def load_graph(ref: str, checkpointer: BaseCheckpointSaver[Any] | None = None) -
             return target.compile(checkpointer=checkpointer)
         except Exception as exc:
             raise GraphLoadError(
-                f"cannot load graph {ref!r}: compiling it raised {type(exc).__name__}: {exc}",
+                f"cannot load graph {ref!r}: compiling it raised {one_line(raised(exc))}",
                 ref=ref,
                 reason="compile",
             ) from exc
@@ -75,7 +79,15 @@ def state_saver(graph: Pregel[Any]) -> BaseCheckpointSaver[Any]:
     return graph._state_checkpointer(config)
 
 
-def _split(ref: str) -> tuple[str, list[str]]:
+def _split(ref: object) -> tuple[str, list[str]]:
+    if not isinstance(ref, str):
+        shown = one_line(repr(ref))
+        shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 1] + "…"
+        raise GraphLoadError(
+            f"a graph reference is 'package.module:attr' text, got {type(ref).__name__} {shown}",
+            ref=shown,
+            reason="ref",
+        )
     module_name, sep, attr = ref.partition(":")
     attr_path = attr.split(".")
     if not (
@@ -118,7 +130,7 @@ def _import(ref: str, module_name: str) -> Any:
 
 def _import_error(ref: str, module_name: str, exc: Exception) -> GraphLoadError:
     return GraphLoadError(
-        f"cannot load graph {ref!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}",
+        f"cannot load graph {ref!r}: importing {module_name!r} raised {one_line(raised(exc))}",
         ref=ref,
         reason="import",
     )

@@ -42,7 +42,7 @@ from statekeeper.graphs._checkpoints import (
     write_child,
     write_migrated,
 )
-from statekeeper.graphs._edits import edited_values
+from statekeeper.graphs._edits import edited_values, state_channels
 from statekeeper.graphs._input import check_input
 from statekeeper.graphs._interrupts import asked_before_fork, describe, one_asker, still_waiting
 from statekeeper.graphs.loading import load_graph, state_saver, state_schema
@@ -371,7 +371,9 @@ class Runner:
         """The graph to load the thread with: ``graph_ref``, else the one its checkpoint
         names (read without decoding its values: the graph's types are not imported yet)."""
         saved = self._get(metadata_reader(self._saver), thread_id, checkpoint_id)
-        ref = graph_ref if graph_ref is not None else saved.metadata.get(GRAPH_KEY)
+        if graph_ref is not None:  # whatever it is: load_graph says what is wrong with it
+            return load_graph(graph_ref, self._saver), graph_ref
+        ref = saved.metadata.get(GRAPH_KEY)
         if not isinstance(ref, str):
             raise ConfigurationError(
                 f"thread {thread_id!r} was not started by a statekeeper runner: its "
@@ -412,7 +414,9 @@ class Runner:
                 thread_id=thread_id,
                 checkpoint_id=cid,
             )
-        state, migrated = schema.load(values, version, thread_id=thread_id, checkpoint_id=cid)
+        state, migrated = schema.load(
+            values, version, thread_id=thread_id, checkpoint_id=cid, channels=state_channels(graph)
+        )
         if version == schema.schema_version:
             return _Loaded(saved, state)
         return _Loaded(saved, state, (version, schema.schema_version, migrated))

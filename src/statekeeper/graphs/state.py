@@ -16,14 +16,23 @@ channel (reducers such as ``add_messages`` keep working) and ``schema_version`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, Self, TypeVar
 
 import pydantic
 
 from statekeeper.errors import ConfigurationError, StateValidationError
 
-__all__ = ["Migration", "VersionedState", "invalid_state", "state_error", "validate"]
+__all__ = [
+    "Migration",
+    "VersionedState",
+    "invalid_state",
+    "named_keys",
+    "one_line",
+    "raised",
+    "state_error",
+    "validate",
+]
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -123,7 +132,7 @@ class VersionedState(pydantic.BaseModel):
             except Exception as exc:
                 raise StateValidationError(
                     f"{where}: migration {step.__qualname__} from version {version} to "
-                    f"{version + 1} failed: {type(exc).__name__}: {exc}",
+                    f"{version + 1} failed: {one_line(raised(exc))}",
                     thread_id=thread_id,
                     checkpoint_id=checkpoint_id,
                 ) from exc
@@ -145,17 +154,42 @@ class VersionedState(pydantic.BaseModel):
         *,
         thread_id: str | None = None,
         checkpoint_id: str | None = None,
+        channels: Collection[str] = (),
     ) -> tuple[Self, dict[str, Any]]:
         """Upgrade ``values`` (see :meth:`upgrade`) and validate them: the state, and
         the upgraded values (as validated) of the keys the migrations returned.
 
+        When a migration ran, every key the last one returned must be a field of this
+        class or one of ``channels`` (the graph's other state channels: a node's private
+        state); the upgraded values are stored as the state's channels, so a key that is
+        neither (a misspelled field, a removed one the migration kept) is refused, as
+        ``Runner.fork(values=...)`` refuses it, rather than stored as a channel no field
+        reads. Values already at ``schema_version`` are not checked so.
+
         Raises:
-            StateValidationError: the values cannot be upgraded, or do not validate; the
-                error names the first invalid field.
+            StateValidationError: the values cannot be upgraded, a migration returned
+                keys that are not channels of the state (the error names the migration
+                and the keys), or they do not validate; the error names the first
+                invalid field.
         """
         upgraded = cls.upgrade(
             values, from_version, thread_id=thread_id, checkpoint_id=checkpoint_id
         )
+        if from_version < cls.schema_version:
+            known = set(cls.model_fields) | set(channels)
+            unknown = [key for key in upgraded if key not in known]
+            if unknown:
+                last = cls._migrations[cls.schema_version - 1]
+                raise StateValidationError(
+                    f"{_where(thread_id, checkpoint_id)}: migration {last.__qualname__} "
+                    f"from version {cls.schema_version - 1} to {cls.schema_version} "
+                    f"returned keys that are not channels of {cls.__qualname__}: "
+                    f"{named_keys(unknown)} (it has: {named_keys(sorted(known), limit=None)}); "
+                    "drop or rename them in the migration",
+                    thread_id=thread_id,
+                    checkpoint_id=checkpoint_id,
+                    field=str(unknown[0]),
+                )
         state = validate(cls, upgraded, thread_id=thread_id, checkpoint_id=checkpoint_id)
         fields = type(state).model_fields
         return state, {
@@ -250,6 +284,20 @@ def invalid_state(
 def raised(exc: BaseException) -> str:
     """``exc`` as a problem: its type and its message."""
     return f"{type(exc).__name__}: {exc}"
+
+
+def named_keys(keys: Sequence[object], *, limit: int | None = 5) -> str:
+    """``keys`` as a message names them, each as its ``repr`` (a long one cut short):
+    the first ``limit`` (``None``: all) and how many more; ``"none"`` when empty."""
+    shown = [_cut(repr(key)) for key in (keys if limit is None else keys[:limit])]
+    text = ", ".join(shown) or "none"
+    if limit is not None and len(keys) > limit:
+        text += f" (and {len(keys) - limit} more)"
+    return one_line(text)
+
+
+def _cut(text: str, width: int = 40) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def one_line(text: str) -> str:

@@ -1,4 +1,5 @@
-"""Message-window helpers: who said a message, when, and where a history may be cut.
+"""Message-window helpers: who said a message, when, and where a history may be cut;
+and the checks of the messages and summary a node reads from the state.
 
 The cut rules are the conversation invariants :class:`~statekeeper.memory.node.SummarizationNode`
 promises; keeping them in pure functions over a list of messages lets the property tests
@@ -8,8 +9,9 @@ state them directly.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -20,9 +22,13 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
+from statekeeper.errors import ConfigurationError
+
 __all__ = [
     "TIMESTAMP_KEY",
     "Cut",
+    "checked_messages",
+    "checked_summary",
     "choose_cut",
     "message_text",
     "message_time",
@@ -33,6 +39,46 @@ __all__ = [
 TIMESTAMP_KEY = "timestamp"  # additional_kwargs key holding when a message was said (ISO 8601)
 
 TokenCounter = Callable[[Sequence[BaseMessage]], int]
+
+
+def checked_messages(value: object, where: str) -> list[BaseMessage]:
+    """``value`` (the state's ``where``) as a list of messages, or a one-line
+    :class:`ConfigurationError` saying what it is instead; ``None`` is no messages."""
+    if value is None:
+        return []
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigurationError(
+            f"{where} must be a list of messages, got {type(value).__name__} {_shown(value)}"
+        )
+    for index, item in enumerate(value):
+        if not isinstance(item, BaseMessage):
+            raise ConfigurationError(
+                f"{where}[{index}] must be a message (a langchain BaseMessage), got "
+                f"{type(item).__name__} {_shown(item)}"
+            )
+    return list(value)
+
+
+def checked_summary(value: Any, where: str, schema: Any) -> Any:
+    """``value`` (the state's ``where``) as a running summary, ``None`` before the first
+    one; a one-line :class:`ConfigurationError` when it is not a mapping with the keys of
+    ``schema`` (a ``TypedDict``)."""
+    if not value:
+        return None
+    missing = sorted(schema.__required_keys__ - value.keys()) if isinstance(value, Mapping) else []
+    if isinstance(value, Mapping) and not missing:
+        return value
+    problem = f"got {type(value).__name__} {_shown(value)}"
+    if missing:
+        problem += f" (it lacks {missing[0]!r}" + (
+            f" and {len(missing) - 1} more)" if len(missing) > 1 else ")"
+        )
+    raise ConfigurationError(f"{where} must be a {schema.__name__}, {problem}")
+
+
+def _shown(value: object, width: int = 40) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def message_text(message: BaseMessage) -> str:

@@ -28,7 +28,13 @@ from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict, Unpack
 
 from statekeeper.errors import ConfigurationError
-from statekeeper.memory._conversation import TokenCounter, choose_cut, message_time
+from statekeeper.memory._conversation import (
+    TokenCounter,
+    checked_messages,
+    checked_summary,
+    choose_cut,
+    message_time,
+)
 from statekeeper.memory._units.sessions import (
     SESSION_SUMMARIZER,
     latest_session,
@@ -36,7 +42,7 @@ from statekeeper.memory._units.sessions import (
 )
 from statekeeper.memory.conflicts import ConflictPolicy, PolicyName, resolve_policy, write_notes
 from statekeeper.memory.metrics import CompactionEvent, log_compaction
-from statekeeper.memory.notes import Note, Provenance
+from statekeeper.memory.notes import Note, Provenance, checked_namespace, notes_namespace
 from statekeeper.memory.recall import moved_keywords, picked
 from statekeeper.memory.summarize import ExtractiveSummarizer, NoteDraft, Summarizer
 
@@ -91,16 +97,6 @@ class SummaryState(MessagesState):
     """``MessagesState`` with the ``summary`` channel the node writes."""
 
     summary: NotRequired[RunningSummary]
-
-
-def notes_namespace(thread_id: str) -> tuple[str, ...]:
-    """The default namespace of a thread's notes: ``("notes", <thread id>)``, with ``%``,
-    ``.`` and NUL percent-encoded (store namespace labels may not contain a period), so
-    any two thread ids get two namespaces."""
-    if not thread_id:
-        raise ConfigurationError("an empty thread id has no notes namespace")
-    label = thread_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
-    return ("notes", label)
 
 
 def checkpoint_id_of(config: RunnableConfig) -> str | None:
@@ -182,8 +178,9 @@ class NoteOptions:
     on); ``None`` writes none. See :mod:`statekeeper.memory._units.sessions`.
 
     Raises:
-        ConfigurationError: ``conflict_policy`` is an unknown name or not a policy, or
-            ``session_gap`` is neither ``None`` nor a positive ``timedelta``.
+        ConfigurationError: a ``namespace`` that is not a store namespace (non-empty
+            ``str`` labels without ``.`` or NUL), an unknown ``conflict_policy``, a
+            ``clock`` not callable, or a ``session_gap`` not ``None`` nor positive.
     """
 
     namespace: Namespace | None = None
@@ -192,7 +189,11 @@ class NoteOptions:
     session_gap: datetime.timedelta | None = datetime.timedelta(hours=1)
 
     def __post_init__(self) -> None:
+        if self.namespace is not None and not callable(self.namespace):
+            checked_namespace(self.namespace)
         resolve_policy(self.conflict_policy)
+        if not callable(self.clock):
+            raise ConfigurationError(f"clock must be a function, not {self.clock!r}")
         gap = self.session_gap
         if gap is not None and (
             not isinstance(gap, datetime.timedelta) or gap <= datetime.timedelta(0)
@@ -212,6 +213,13 @@ class StateOptions:
     messages_key: str = "messages"
     summary_key: str = "summary"
     token_counter: TokenCounter = count_tokens_approximately
+
+    def __post_init__(self) -> None:
+        for key in (self.messages_key, self.summary_key):
+            if not isinstance(key, str) or not key:
+                raise ConfigurationError(f"a state channel's name must be text, not {key!r}")
+        if not callable(self.token_counter):
+            raise ConfigurationError(f"token_counter must be a function: {self.token_counter!r}")
 
 
 class SummarizationKeywords(TypedDict, total=False):
@@ -275,8 +283,9 @@ class SummarizationNode:
     ``state`` (``now`` is ``notes.clock``).
 
     Raises:
-        ConfigurationError: a budget below 1, ``keep_tokens`` outside
-            ``[0, budget_tokens]``, or ``store`` neither a store, ``None`` nor ``False``.
+        ConfigurationError: an argument of the wrong type, a budget below 1,
+            ``keep_tokens`` outside ``[0, budget_tokens]``, or ``store`` neither a store,
+            ``None`` nor ``False``.
         TypeError: an unknown keyword.
     """
 
@@ -298,6 +307,15 @@ class SummarizationNode:
                 given["clock"] = given.pop("now")
             notes = dataclasses.replace(notes, **picked(given, NoteOptions))
             state = dataclasses.replace(state, **picked(given, StateOptions))
+        for name, value, kind, said in (
+            ("budget_tokens", budget_tokens, int, "an int"),
+            ("keep_tokens", keep_tokens, int | None, "an int or None"),
+            ("summarizer", summarizer, Summarizer | None, "a Summarizer or None"),
+            ("notes", notes, NoteOptions, "a NoteOptions"),
+            ("state", state, StateOptions, "a StateOptions"),
+        ):
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ConfigurationError(f"{name} must be {said}, not {value!r}")
         keep = budget_tokens // 2 if keep_tokens is None else keep_tokens
         if budget_tokens < 1 or not 0 <= keep <= budget_tokens:
             raise ConfigurationError(
@@ -323,8 +341,10 @@ class SummarizationNode:
     def __call__(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """The state update: empty when the messages are within budget or nothing can be
         compressed; else the removals and the new running summary (notes already stored)."""
-        messages = list(self._read(state, self.messages_key, required=True) or ())
-        previous: RunningSummary | None = self._read(state, self.summary_key) or None
+        where = f"SummarizationNode: state[{self.messages_key!r}]"
+        messages = checked_messages(self._read(state, self.messages_key, required=True), where)
+        where = f"SummarizationNode: state[{self.summary_key!r}]"
+        previous = checked_summary(self._read(state, self.summary_key), where, RunningSummary)
         tokens_before = self.token_counter(messages)
         if tokens_before <= self.budget_tokens:
             return {}
@@ -416,15 +436,8 @@ class SummarizationNode:
     def _namespace(self, config: RunnableConfig, thread_id: str) -> tuple[str, ...]:
         if self.namespace is None:
             return notes_namespace(thread_id)
-        namespace = self.namespace(config) if callable(self.namespace) else self.namespace
-        if not namespace or not all(
-            isinstance(label, str) and label and "." not in label for label in namespace
-        ):
-            raise ConfigurationError(
-                f"invalid notes namespace {namespace!r}: it needs one or more non-empty "
-                "string labels without periods"
-            )
-        return tuple(namespace)
+        namespace: Any = self.namespace(config) if callable(self.namespace) else self.namespace
+        return checked_namespace(tuple(namespace) if type(namespace) is list else namespace)
 
     def __repr__(self) -> str:
         return (

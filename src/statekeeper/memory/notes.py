@@ -34,9 +34,11 @@ __all__ = [
     "NoteMigration",
     "Provenance",
     "Unit",
+    "checked_namespace",
     "normalize_label",
     "note_key",
     "note_migration",
+    "notes_namespace",
     "upgrade_note_value",
 ]
 
@@ -56,6 +58,34 @@ def aware(moment: datetime.datetime) -> datetime.datetime:
     """``moment`` with a timezone: a naive time is taken to be in UTC, as statekeeper
     writes them (naive and aware times cannot be compared)."""
     return moment if moment.utcoffset() is not None else moment.replace(tzinfo=datetime.UTC)
+
+
+def notes_namespace(thread_id: str) -> tuple[str, ...]:
+    """The default namespace of a thread's notes: ``("notes", <thread id>)``, with ``%``,
+    ``.`` and NUL percent-encoded (store namespace labels may not contain a period), so
+    any two thread ids get two namespaces."""
+    if not thread_id:
+        raise ConfigurationError("an empty thread id has no notes namespace")
+    label = thread_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+    return ("notes", label)
+
+
+def checked_namespace(namespace: object) -> tuple[str, ...]:
+    """``namespace`` if it is a store namespace (the store's rule: a non-empty tuple of
+    non-empty ``str`` labels without ``.`` or NUL), else a one-line ConfigurationError."""
+    if not (
+        isinstance(namespace, tuple)
+        and namespace
+        and all(
+            isinstance(label, str) and label and "." not in label and "\x00" not in label
+            for label in namespace
+        )
+    ):
+        raise ConfigurationError(
+            f"invalid notes namespace {namespace!r}: it must be a non-empty tuple of "
+            "non-empty str labels without '.' or NUL, such as ('notes', 'ana')"
+        )
+    return namespace
 
 
 def normalize_label(text: str) -> str:
