@@ -50,9 +50,8 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 from statekeeper.memory.store.base import Plan, Write
-from statekeeper.memory.store.checks import OptionKind, store_options
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
-from statekeeper.urls import StorageURL
+from statekeeper.urls import OptionKind, StorageURL, parse_options
 
 __all__ = ["FileStore"]
 
@@ -128,7 +127,7 @@ class FileStore(ItemStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Open the directory a ``file://`` URL names, with its query options (text) and
         keyword ``options`` (``index`` among them); keywords win."""
-        merged = store_options("file memory store", _OPTIONS, url.options, options)
+        merged = parse_options("file memory store", _OPTIONS, url.options, options)
         return cls(directory_path(url), **merged)
 
     def __repr__(self) -> str:

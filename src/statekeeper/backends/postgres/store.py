@@ -25,9 +25,8 @@ from statekeeper.backends.postgres._database import Database, Migration
 from statekeeper.backends.postgres._running import Op, Q
 from statekeeper.errors import ReadOnlyError, SerializationError, StorageError
 from statekeeper.memory.store.base import Plan, Write
-from statekeeper.memory.store.checks import OptionKind, store_options
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
-from statekeeper.urls import StorageURL
+from statekeeper.urls import OptionKind, StorageURL, parse_options
 
 __all__ = ["PostgresStore"]
 
@@ -116,7 +115,7 @@ class PostgresStore(ItemStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Build from a parsed URL: its query options (text) and keyword ``options``
         (``index`` among them); keywords win."""
-        merged = store_options("PostgreSQL memory store", _OPTIONS, split_options(url), options)
+        merged = parse_options("PostgreSQL memory store", _OPTIONS, split_options(url), options)
         pool = {k: merged.pop(k) for k in list(merged) if k in POOL_OPTIONS}
         return cls(Connection.from_url(url, pool), **merged)
 

@@ -28,9 +28,8 @@ from statekeeper.errors import (
     StorageNotFoundError,
 )
 from statekeeper.memory.store.base import Plan, Write
-from statekeeper.memory.store.checks import OptionKind, store_options
 from statekeeper.memory.store.items import ItemStore, Namespace, StoredItem
-from statekeeper.urls import StorageURL
+from statekeeper.urls import OptionKind, StorageURL, parse_options
 
 __all__ = ["RedisStore"]
 
@@ -105,7 +104,7 @@ class RedisStore(ItemStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Build from a parsed URL: its query options (text) and keyword ``options``
         (``index`` among them); keywords win."""
-        merged = store_options("Redis memory store", _OPTIONS, url.options, options)
+        merged = parse_options("Redis memory store", _OPTIONS, url.options, options)
         connection, rest = RedisOptions.split(merged)
         return cls(url.raw.split("?", 1)[0], connection, **rest)
 

@@ -32,8 +32,7 @@ from statekeeper.backends.sqlite._store_ops import (
 from statekeeper.backends.sqlite._store_schema import MIGRATIONS
 from statekeeper.errors import ReadOnlyError
 from statekeeper.memory.store.base import MemoryStore, Plan, Write
-from statekeeper.memory.store.checks import OptionKind, store_options
-from statekeeper.urls import StorageURL
+from statekeeper.urls import OptionKind, StorageURL, parse_options
 
 __all__ = ["SqliteStore"]
 
@@ -93,7 +92,7 @@ class SqliteStore(MemoryStore):
     def from_url(cls, url: StorageURL, options: Mapping[str, Any]) -> Self:
         """Open the database a ``sqlite://`` or ``memory://`` URL names, with its query
         options (text) and keyword ``options`` (``index`` among them); keywords win."""
-        merged = store_options("memory store", _OPTIONS, url.options, options)
+        merged = parse_options("memory store", _OPTIONS, url.options, options)
         return cls(database_path(url), **merged)
 
     @property

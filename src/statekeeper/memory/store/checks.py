@@ -18,8 +18,8 @@ refuses the same input the same way, with a one-line error, before anything is w
 * Values nest at most :data:`MAX_DEPTH` levels (``SerializationError``, in ``values``);
   filters too (``ConfigurationError``).
 * Operations (:func:`check_op`), batches (:func:`check_ops`), pages, ``max_depth``,
-  filters, and the store's options (:func:`store_options`, :func:`weight`,
-  :func:`ttl_config`).
+  filters, and the store's options (:func:`weight`, :func:`ttl_config`; each option's
+  kind, URL text or keyword, is checked by :func:`statekeeper.urls.parse_options`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from langgraph.store.base import (
 )
 
 from statekeeper.errors import ConfigurationError, InvalidIdError
-from statekeeper.urls import parse_options
 
 __all__ = [
     "FILTER_OPERATORS",
@@ -48,7 +47,6 @@ __all__ = [
     "MAX_ID_BYTES",
     "MAX_LABELS",
     "MAX_TTL_MINUTES",
-    "OptionKind",
     "check_filter",
     "check_op",
     "check_ops",
@@ -58,7 +56,6 @@ __all__ = [
     "namespace",
     "page",
     "shown",
-    "store_options",
     "ttl",
     "ttl_config",
     "weight",
@@ -192,51 +189,6 @@ def weight(value: object) -> float:
     ):
         raise ConfigurationError(f"semantic_weight must be a number in [0, 1], got {shown(value)}")
     return float(value)
-
-
-def store_options(
-    backend: str,
-    known: Mapping[str, OptionKind],
-    url_options: Mapping[str, str],
-    keyword_options: Mapping[str, Any],
-) -> dict[str, Any]:
-    """The URL's query options and the keyword options merged (keywords win) by
-    :func:`statekeeper.urls.parse_options`, with every option held to its kind, as a URL
-    option is converted to it: ``bool`` takes a bool, ``int`` a whole number (not a bool),
-    ``float`` a finite number (not a bool), another type an instance of it; a tuple of
-    kinds takes any of them (``(str, NoneType)``); ``object`` is checked by the store."""
-    merged = parse_options(backend, known, url_options, keyword_options)
-    for name, value in merged.items():
-        kind = known[name]
-        kinds: tuple[type, ...] = kind if isinstance(kind, tuple) else (kind,)
-        if object not in kinds and not any(_fits(kind, value) for kind in kinds):
-            wanted = " or ".join(_WANTED.get(k, f"a {k.__name__}") for k in kinds)
-            raise ConfigurationError(
-                f"{backend} option {name} must be {wanted}, got {shown(value)}"
-            )
-    return merged
-
-
-OptionKind = type | tuple[type, ...]
-_WANTED = {
-    bool: "True or False",
-    int: "a whole number",
-    float: "a finite number",
-    str: "text",
-    type(None): "None",
-}
-
-
-def _fits(kind: type, value: object) -> bool:
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return (
-            isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        )
-    return isinstance(value, kind)
 
 
 # -- operations -----------------------------------------------------------------------------
