@@ -10,6 +10,7 @@ import math
 import random
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from langgraph.store.base import GetOp, InvalidNamespaceError, PutOp, SearchOp
@@ -294,12 +295,14 @@ def test_bad_keyword_options_are_configuration_errors(
     refused(ConfigurationError, lambda: open_store(store_url, **options))
 
 
+# stands for the test's own key prefix: another would leave keys behind on the server
+OWN_PREFIX = object()
 # per backend: (option, a good keyword value, a bad one), as its URL would be refused
 BACKEND_OPTIONS = {
     "memory": [("busy_timeout", 5, "5"), ("busy_timeout", 5, True), ("mode", "rw", 1)],
     "sqlite": [("busy_timeout", 5.0, math.nan), ("mode", "rw", b"rw")],
     "file": [("lock_timeout", 5, "x"), ("fsync", False, "yes"), ("fsync", True, 1)],
-    "redis": [("retries", 2, "3"), ("socket_timeout", 5, True), ("prefix", "p", 5)],
+    "redis": [("retries", 2, "3"), ("socket_timeout", 5, True), ("prefix", OWN_PREFIX, 5)],
     "redis-cluster": [("retries", 2, 2.0)],
     "postgres": [("pool_min_size", 1, "1"), ("pool_timeout", 5, math.inf)],
 }
@@ -308,7 +311,9 @@ BACKEND_OPTIONS = {
 def test_backend_keyword_options_are_checked_like_url_options(
     store_backend: Any, store_url: str
 ) -> None:
-    for name, good, bad in BACKEND_OPTIONS[store_backend.name]:
+    own_prefix = parse_qs(urlsplit(store_url).query).get("prefix", [""])[0]
+    for name, given, bad in BACKEND_OPTIONS[store_backend.name]:
+        good = own_prefix if given is OWN_PREFIX else given
         open_store(store_url, **{name: good}).close()
         message = refused(ConfigurationError, lambda n=name, b=bad: open_store(store_url, **{n: b}))  # type: ignore[misc]
         assert name in message
