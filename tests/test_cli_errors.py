@@ -339,14 +339,18 @@ def test_version_into_a_closed_pipe_exits_quietly() -> None:
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize("argv", [["--version"], ["threads"], ["export"], ["history", "t"]])
+@pytest.mark.parametrize(
+    "argv",
+    [["--version"], ["--help"], ["threads", "--help"], ["threads"], ["export"], ["history", "t"]],
+)
 def test_a_full_stdout_is_one_line_and_exit_1(tmp_path: Path, argv: list[str]) -> None:
     db = f"sqlite:///{tmp_path}/state.db"
     with open_checkpointer(db) as saver:
         config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         saver.put(config, empty_checkpoint(), {"source": "input", "step": -1}, {})
+    storage = [] if argv[0].startswith("--") else ["--db", db]
     with Path("/dev/full").open("w") as full:
-        done = _statekeeper(*argv, *(["--db", db] if argv != ["--version"] else []), stdout=full)
+        done = _statekeeper(*argv, *storage, stdout=full)
     assert done.returncode == EXIT["failed"], done.stderr
     _one_line(done.stderr)
     assert "cannot write to stdout: No space left on device" in done.stderr

@@ -71,6 +71,7 @@ from statekeeper.cli._common import (
     CommandError,
     Commands,
     IncompleteCommand,
+    Parser,
     Verbosity,
     closed_pipe,
     debug,
@@ -181,7 +182,7 @@ Exit codes:
 def build_parser() -> argparse.ArgumentParser:
     """The ``statekeeper`` parser: the global options and every command. Building it
     imports no command's dependencies, so ``statekeeper --help`` stays fast."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="statekeeper",
         description="Run, resume, inspect and move LangGraph threads whose state must survive.",
         epilog=f"{examples_text(_EXAMPLES)}\n\n{_EXIT_CODES}",

@@ -129,6 +129,20 @@ def _paths(argv: Sequence[str]) -> set[str]:
     return found | {arg[1:] for arg in argv if arg.startswith("@")}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, except that a help or usage text it cannot write to stdout
+    (``--help > /dev/full``) fails the command (exit 1) instead of being dropped: argparse
+    ignores the write error and exits 0. Subcommands' parsers are of this class too."""
+
+    def _print_message(self, message: str, file: Any = None) -> None:
+        if not message or file is not sys.stdout:
+            super()._print_message(message, file)
+            return
+        with stdout_errors():
+            file.write(message)
+            file.flush()
+
+
 class Commands:
     """The subcommands of one parser. Each command gets the global options (``--db``,
     ``--json``, ``-v``, ``-q``; also accepted after its name), its one line of text as
