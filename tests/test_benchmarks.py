@@ -224,6 +224,28 @@ def test_long_thread_runs_every_saver_with_and_without_summarization(tmp_path: P
     )
 
 
+def test_delta_bases_runs_a_linear_twin_beside_each_row(tmp_path: Path) -> None:
+    out = _run(
+        "delta_bases.py",
+        *("--threads", "1", "--turns", "8", "--json"),
+        *("--savers", "memory,ours,ours-linear,file,file-linear"),
+        cwd=tmp_path,
+    )
+    rows = {r["saver"]: r for r in json.loads(out)["results"]}
+    assert list(rows) == [
+        "LangGraph InMemorySaver",
+        "statekeeper SqliteCheckpointer",
+        "statekeeper SqliteCheckpointer, linear deltas",
+        "statekeeper FileCheckpointer",
+        "statekeeper FileCheckpointer, linear deltas",
+    ]
+    assert all(r["error"] is None and r["checkpoints_per_thread"] == 24 for r in rows.values())
+    # the twin really builds each delta on the version before it: it stores each message
+    # once, where skip-deltas store some again (file sizes are exact; SQLite's are pages)
+    shipped = rows["statekeeper FileCheckpointer"]["bytes"]
+    assert rows["statekeeper FileCheckpointer, linear deltas"]["bytes"] < shipped
+
+
 def test_fleet_runs_every_async_saver(tmp_path: Path) -> None:
     out = _run(
         "fleet.py",
