@@ -211,6 +211,25 @@ def test_thread_written_outside_the_runner_needs_a_graph_ref(
     assert done.values["notes"] == NOTES_DONE
 
 
+def test_a_graph_without_the_waiting_node_is_refused_and_the_answer_kept(
+    runner: Runner, saver: Any, modules: Modules
+) -> None:
+    """Resumed with another graph, LangGraph skipped the node the thread waited at
+    without a word: the answer was spent and nothing ran. Now nothing is written."""
+    run_to_review(runner, modules)
+    before = checkpoints(saver, "t")
+    other = "tests.graphs.counter_graph:graph"
+    refused = rf"graph '{other}' has no node 'review', which thread 't' waits to run; it was"
+    with pytest.raises(ConfigurationError, match=refused):
+        runner.resume("t", answer="yes", graph_ref=other)
+    with pytest.raises(ConfigurationError, match=refused):
+        runner.fork("t", before[0][0], graph_ref=other)
+    with pytest.raises(ConfigurationError, match=refused):
+        runner.fork_and_resume("t", before[0][0], answer="yes", graph_ref=other)
+    assert checkpoints(saver, "t") == before
+    assert runner.resume("t", answer="yes").values["notes"] == NOTES_DONE
+
+
 def test_fork_into_the_same_thread_reruns_from_that_checkpoint(
     runner: Runner, saver: Any, modules: Modules
 ) -> None:

@@ -347,6 +347,24 @@ def test_the_graph_of_a_thread_with_its_next_node(client: Any) -> None:
     assert "No graph to draw" in empty
 
 
+def test_the_graph_page_says_when_it_draws_another_graph_than_the_threads(
+    dataset: Dataset,
+) -> None:
+    """With ``--graph`` naming another graph, the page drew it with the thread's nodes
+    lit as if they were its own; now it says which graph the thread names, and which of
+    the thread's nodes the drawn graph lacks."""
+    other = "tests.graphs.counter_graph:graph"
+    client = client_for(make_app(dataset, graph_ref=other))
+    data = _api(client, "/graph", thread="waiting")
+    assert (data["ref"], data["named"], data["missing"]) == (other, REF, ["research", "ask"])
+    text = _page(client, "/graph", thread="waiting")
+    assert 'id="graph-mismatch"' in text
+    assert f"names the graph <code>{REF}</code>, not this one" in text
+    own = client_for(make_app(dataset, graph_ref=REF))
+    assert _api(own, "/graph", thread="waiting")["named"] is None
+    assert 'id="graph-mismatch"' not in _page(own, "/graph", thread="waiting")
+
+
 def test_memory_shows_namespaces_and_stats(client: Any) -> None:
     data = _api(client, "/memory")
     assert list(NOTES_NS) in data["namespaces"]
@@ -464,6 +482,6 @@ def test_the_graph_page_imports_no_module_that_stored_data_names(
         assert (data["ref"], data["not_imported"], data["svg"]) == (ref, True, None)
         text = _page(client, "/graph", thread="planted")
         assert "which is not\nimported" in text
-        assert f"statekeeper ui --graph {ref}" in text
+        assert f"statekeeper ui --db sqlite --graph {ref}" in text  # the storage it shows
     assert module not in sys.modules
     assert not marker.exists()

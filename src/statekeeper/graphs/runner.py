@@ -73,6 +73,26 @@ class _Loaded:
     migration: tuple[int, int, dict[str, Any]] | None = None
 
 
+def _check_nodes(graph: Pregel[Any], ref: str, saved: CheckpointTuple, pending: Any) -> None:
+    """Refuse to continue ``saved`` with a graph that lacks a node it waits to run
+    (``pending``): LangGraph would skip that node without a word, and an answer given to
+    its ``interrupt()`` would be spent on nothing."""
+    missing = [node for node in dict.fromkeys(pending) if node not in graph.nodes]
+    if not missing:
+        return
+    thread_id = saved.config["configurable"]["thread_id"]
+    named = saved.metadata.get(GRAPH_KEY)
+    hint = (
+        f"it was run with {named!r}: use that graph"
+        if isinstance(named, str) and named != ref
+        else "use the graph that ran it"
+    )
+    raise ConfigurationError(
+        f"graph {ref!r} has no node {', '.join(map(repr, missing))}, which thread "
+        f"{thread_id!r} waits to run; {hint}"
+    )
+
+
 class Runner:
     """Runs graphs named ``"package.module:attr"`` on ``checkpointer``.
 
@@ -144,8 +164,9 @@ class Runner:
             StateValidationError: the stored state is invalid or cannot be migrated;
                 nothing was written or run.
             ThreadBusyError: another run holds the thread.
-            ConfigurationError: no graph is known for the thread (pass ``graph_ref``), or
-                it cannot be loaded (``GraphLoadError``).
+            ConfigurationError: no graph is known for the thread (pass ``graph_ref``),
+                it cannot be loaded (``GraphLoadError``), or it has no node the thread
+                waits to run (another graph's thread); nothing was run.
         """
         with self._saver.claim_thread(thread_id):
             graph, ref = self._graph_for(thread_id, None, graph_ref)
@@ -156,6 +177,7 @@ class Runner:
             # whose every task saved its writes before the next checkpoint was written
             # is unfinished, though LangGraph's snapshot then lists no `next` node.
             summary = summarize(saved)
+            _check_nodes(graph, ref, saved, summary.next)
             if summary.finished:
                 raise NothingToResumeError(
                     f"thread {thread_id!r} has finished: no task is left to run; fork it "
@@ -216,7 +238,8 @@ class Runner:
                 a key is not a channel of the state, or a value does not fit its field
                 (the error names it, in one line); nothing was written.
             ThreadBusyError: another run holds the target thread.
-            ConfigurationError: no graph is known for the thread, or it cannot be loaded.
+            ConfigurationError: no graph is known for the thread, it cannot be loaded,
+                or it has no node the checkpoint waits to run; nothing was written.
         """
         target = to_thread if to_thread is not None else thread_id
         with self._saver.claim_thread(target):
@@ -272,6 +295,7 @@ class Runner:
     ) -> ForkResult:
         """The body of :meth:`fork`, with the target thread claimed."""
         source = loaded.saved
+        _check_nodes(graph, ref, source, summarize(source).next)
         thread_id = source.config["configurable"]["thread_id"]
         checkpoint_id = source.checkpoint["id"]
         saver = cast(Checkpointer, state_saver(graph))  # a copy of self._saver

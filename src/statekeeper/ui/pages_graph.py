@@ -14,6 +14,7 @@ page also lists the nodes and edges as text, for reading and for assistive techn
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -56,17 +57,22 @@ def graph(inspector: Inspector, request: Request, form: Form) -> Page:
     ref = inspector.options.graph_ref
     current: tuple[str, ...] = ()
     upcoming: tuple[str, ...] = ()
-    checkpoint_id = None
+    checkpoint_id = named = None
     if thread_id is not None:
         tup = inspector.checkpoint(thread_id, "", params.get("id") or None)
         checkpoint_id = tup.checkpoint["id"]
         upcoming = pending_nodes(tup.checkpoint)
         current = tuple(nodes_that_ran(inspector, tup))
-        named = (tup.metadata or {}).get("statekeeper_graph")
-        ref = ref or (named if isinstance(named, str) else None)
+        stored = (tup.metadata or {}).get("statekeeper_graph")
+        named = stored if isinstance(stored, str) else None
+        ref = ref or named
     stored_only = ref is not None and ref != inspector.options.graph_ref and not _imported(ref)
     data: dict[str, Any] = {
         "ref": ref,
+        "named": named,  # the graph the checkpoint names, when it is not the one drawn
+        "missing": [],  # nodes that ran or run next, which the drawn graph lacks
+        "command": shlex.join(["statekeeper", "ui", "--db", inspector.options.label or "URL"])
+        + f" --graph {shlex.quote(ref or '')}",
         "not_imported": stored_only,
         "thread_id": thread_id,
         "checkpoint_id": checkpoint_id,
@@ -82,6 +88,9 @@ def graph(inspector: Inspector, request: Request, form: Form) -> Page:
         loaded = load_graph(ref)
         data["nodes"], data["edges"] = _structure(loaded)
         data["svg"] = draw(loaded, current, upcoming)
+        data["missing"] = [n for n in dict.fromkeys(current + upcoming) if n not in data["nodes"]]
+    if named == ref:
+        data["named"] = None
     return Page("graph.html", data, title=f"Graph {ref or ''}".strip())
 
 
