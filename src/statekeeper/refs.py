@@ -39,6 +39,7 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, CheckpointTuple
 
+from statekeeper._storage.serde import skeleton_reader
 from statekeeper.errors import (
     AmbiguousReferenceError,
     CorruptCheckpointError,
@@ -244,7 +245,7 @@ def _base(
     matches = [tup for tup in listed if tup.checkpoint["id"].startswith(base)]
     broken = [exc for exc in damaged if str(exc.checkpoint_id or "").startswith(base)]
     if len(matches) == 1 and not broken:
-        return matches[0]
+        return _whole(saver, thread_id, ns, ref, matches[0])
     if not matches:
         if len(broken) == 1:
             raise broken[0]  # the checkpoint it names is damaged: say so, not "no such"
@@ -260,7 +261,7 @@ def _at_step(
     listed, damaged = _listing(saver, thread_id, ns)
     matches = [tup for tup in listed if tup.metadata.get("step") == step]
     if len(matches) == 1:
-        return matches[0]
+        return _whole(saver, thread_id, ns, ref, matches[0])
     if not matches:
         steps = [s for tup in listed if isinstance(s := tup.metadata.get("step"), int)]
         known = f"steps {min(steps)} to {max(steps)}" if steps else "no steps recorded"
@@ -269,7 +270,7 @@ def _at_step(
     on_branch = _branch(listed)
     chosen = [tup for tup in matches if tup.checkpoint["id"] in on_branch]
     if len(chosen) == 1:
-        return chosen[0]
+        return _whole(saver, thread_id, ns, ref, chosen[0])
     raise _ambiguous(
         ref, thread_id, f"{len(matches)} checkpoints at step {step}, none on the current branch",
         matches,
@@ -293,15 +294,27 @@ def _branch(listed: list[CheckpointTuple]) -> set[str]:
 def _listing(
     saver: BaseCheckpointSaver[Any], thread_id: str, ns: str
 ) -> tuple[list[CheckpointTuple], list[CorruptCheckpointError]]:
-    """The thread's readable checkpoints, and the damage met listing it: a damaged
-    checkpoint is no match for a step (its metadata cannot be read); a prefix that
-    names one raises its damage."""
-    listed, damaged = readable_checkpoints(saver, _config(thread_id, ns))
+    """The thread's readable checkpoints, read without building their values
+    (:func:`~statekeeper._storage.serde.skeleton_reader`: a reference needs their ids,
+    parents and metadata), and the damage met listing them: a damaged checkpoint is no
+    match for a step (its metadata cannot be read); a prefix that names one raises its
+    damage."""
+    listed, damaged = readable_checkpoints(skeleton_reader(saver), _config(thread_id, ns))
     if not listed:
         if damaged:
             raise damaged[0]
         raise _no_thread(thread_id, ns)
     return listed, damaged
+
+
+def _whole(
+    saver: BaseCheckpointSaver[Any], thread_id: str, ns: str, ref: str, found: CheckpointTuple
+) -> CheckpointTuple:
+    """The checkpoint a listing ``found``, read again with its values."""
+    whole = saver.get_tuple(_config(thread_id, ns, found.checkpoint["id"]))
+    if whole is None:  # deleted since it was listed
+        raise _missing(saver, thread_id, ns, ref, f"{_short(found)} was deleted meanwhile")
+    return whole
 
 
 def _unread(damaged: list[CorruptCheckpointError]) -> str:

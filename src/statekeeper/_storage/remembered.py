@@ -148,10 +148,12 @@ def _snapshot(elements: Any, checked: int = 0) -> tuple[Any, ...] | None:
     must be compared by their bytes instead. A list subclass may serialise its slices
     otherwise. And a message without an id is one that LangGraph itself changes in place:
     ``add_messages`` gives every message of its left side that has none a new id. The
-    elements before ``checked`` are known to have one."""
+    elements before ``checked`` are known to have one. Nor is a list holding ``None``
+    kept: a reader that leaves objects unbuilt (:func:`~.serde.skeleton_reader`) reads
+    them as ``None``, and a later list with ``None`` there must not pass for this one."""
     if type(elements) is not list:
         return None
-    if not all(getattr(e, "id", "") is not None for e in elements[checked:]):
+    if not all(e is not None and getattr(e, "id", "") is not None for e in elements[checked:]):
         return None
     return tuple(elements)
 

@@ -11,17 +11,21 @@ elsewhere, to fail later with a ``RecursionError``. Here each of these becomes a
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import threading
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 import ormsgpack
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import (
     EXT_DELTA_SNAPSHOT,
     EXT_NUMPY_ARRAY,
+    EXT_PYDANTIC_V1,
+    EXT_PYDANTIC_V2,
     JsonPlusSerializer,
     _create_msgpack_ext_hook,
 )
@@ -36,6 +40,7 @@ __all__ = [
     "check_extensions",
     "element_count",
     "safe_serde",
+    "skeleton_reader",
     "too_deep",
     "within_depth",
 ]
@@ -45,6 +50,7 @@ __all__ = [
 MAX_DEPTH = 255
 _EXT_CODES = frozenset(range(EXT_DELTA_SNAPSHOT + 1))  # LangGraph's msgpack extensions
 _OPTIONS = ormsgpack.OPT_NON_STR_KEYS
+S = TypeVar("S", bound=BaseCheckpointSaver[Any])
 
 
 def safe_serde() -> SerializerProtocol:
@@ -262,3 +268,56 @@ def too_deep(exc: BaseException) -> bool:
             return True
         current = current.__cause__ or current.__context__
     return False
+
+
+# -- reading without building (the inspector's tree, checkpoint references) -------------
+
+
+def skeleton_reader(saver: S) -> S:
+    """A copy of ``saver`` that reads checkpoints without building their data: in a
+    msgpack payload, every pydantic model and numpy array is ``None``; everything else
+    (ids, metadata, versions, the values that say where the graph stands: triggers,
+    ``Send`` packets, join barriers) reads as ``saver`` reads it. Building a long chat's
+    messages is most of what reading its history costs, and a thread's tree or a
+    reference such as ``@5`` needs none of them. Nothing is written through the copy.
+    (Copies with another serializer are how LangGraph applies its msgpack allowlist, so
+    every saver has them.)"""
+    reader = copy.copy(saver)
+    reader.serde = _Skeleton(saver.serde)
+    return reader
+
+
+class _Skeleton:
+    """A serializer that reads msgpack payloads with their objects left unbuilt."""
+
+    def __init__(self, inner: SerializerProtocol) -> None:
+        self._inner = inner
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        raise TypeError("a skeleton reader does not write")
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        if data[0] == "msgpack":
+            return _SKELETON.loads_typed(data)
+        return self._inner.loads_typed(data)  # an encrypted payload, JSON, bytes...
+
+
+def _unbuilt(hook: Any) -> Any:
+    """``hook``, except that pydantic models and numpy arrays, at any depth, are
+    ``None`` (see :func:`_guarded` for the closure cell it recurses through)."""
+
+    def unbuilt(code: int, data: bytes) -> Any:
+        if code in (EXT_PYDANTIC_V1, EXT_PYDANTIC_V2, EXT_NUMPY_ARRAY):
+            return None
+        return hook(code, data)
+
+    names = hook.__code__.co_freevars
+    if "ext_hook" in names and hook.__closure__ is not None:
+        hook.__closure__[names.index("ext_hook")].cell_contents = unbuilt
+    return unbuilt
+
+
+_SKELETON = JsonPlusSerializer(
+    allowed_msgpack_modules=None,
+    __unpack_ext_hook__=_unbuilt(_create_msgpack_ext_hook(_LoadedDataTypes())),  # type: ignore[arg-type]
+)

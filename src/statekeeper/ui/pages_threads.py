@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statekeeper._storage.serde import skeleton_reader
 from statekeeper.errors import ConfigurationError, StatekeeperError, ThreadNotFoundError
 from statekeeper.refs import readable_checkpoints
 from statekeeper.threads import (
@@ -135,7 +136,8 @@ def thread(inspector: Inspector, request: Request, form: Form) -> Page:
     if thread_id is None:
         raise ConfigurationError("which thread? pass ?thread=ID")
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-    listed, damaged = readable_checkpoints(inspector.saver, config)
+    # the tree needs ids, parents, metadata and what runs next, not the values' objects
+    listed, damaged = readable_checkpoints(skeleton_reader(inspector.saver), config)
     if not listed:
         if damaged:
             raise damaged[0]
@@ -143,6 +145,8 @@ def thread(inspector: Inspector, request: Request, form: Form) -> Page:
     namespaces = build_tree(listed)
     root = [t for t in listed if t.config["configurable"].get("checkpoint_ns", "") == ""]
     head = max(root, key=lambda t: t.checkpoint["id"]) if root else None
+    if head is not None:  # read whole: what its interrupts ask may be any object
+        head = inspector.saver.get_tuple(head.config) or head
     metadata = head.metadata if head is not None else {}
     data = {
         "thread_id": thread_id,
