@@ -4,6 +4,7 @@ runner the CLI uses, with its refusals shown as pages with the right status."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -48,12 +49,28 @@ def _before_ask(data: Dataset) -> str:
 def test_answering_an_interrupt_resumes_the_thread(client: Any, waiting: Dataset) -> None:
     response = _post(client, "/actions/resume", thread="t", mode="answer", answer="yes")
     assert response.status_code == 303
-    assert response.headers["location"] == "/thread?thread=t"
+    assert response.headers["location"] == "/thread?thread=t&did=answered"
     state = _head(waiting).checkpoint["channel_values"]
     assert state["answer"] == "yes"
     assert state["messages"][-1].content == "(reply sent)"
-    page = client.get("/thread", params={"thread": "t"}).text
+    page = client.get(response.headers["location"]).text
     assert 'class="status status-done"' in page
+    # the page says what the action did (it said nothing: a no-op looked the same)
+    said = r'id="did"[^>]*>\s*Answered and resumed: the thread is now\s*<span class="status '
+    assert re.search(said + "status-done", page)
+    assert "back to the interrupts" not in page
+
+
+def test_an_answer_from_the_interrupts_page_leads_back_to_it(client: Any, waiting: Dataset) -> None:
+    listed = client.get("/interrupts").text
+    assert '<input type="hidden" name="back" value="interrupts">' in listed
+    response = _post(client, "/actions/resume", thread="t", answer="no", back="interrupts")
+    assert response.headers["location"] == "/thread?thread=t&did=answered&back=interrupts"
+    page = client.get(response.headers["location"]).text
+    assert '<a href="/interrupts">← back to the interrupts</a>' in page
+    # only known words are shown: nothing else from the query string reaches the page
+    odd = client.get("/thread", params={"thread": "t", "did": "<b>x</b>", "back": "//evil"})
+    assert 'id="did"' not in odd.text
 
 
 def test_the_json_twin_answers_with_the_run_result(client: Any, waiting: Dataset) -> None:
@@ -137,7 +154,7 @@ def test_fork_into_another_thread_then_answer_there(client: Any, waiting: Datase
     response = _post(
         client, "/actions/fork", thread="t", checkpoint=_before_ask(waiting), to="copy"
     )
-    assert response.headers["location"] == "/thread?thread=copy"
+    assert response.headers["location"] == "/thread?thread=copy&did=forked"
     data = client.get("/api/thread", params={"thread": "copy"}).json()
     assert data["forked_from_thread"] == "t"
     _post(client, "/actions/resume", thread="copy", mode="continue")  # asks again
@@ -145,6 +162,12 @@ def test_fork_into_another_thread_then_answer_there(client: Any, waiting: Datase
     assert done.status_code == 303
     assert _head(waiting, "copy").checkpoint["channel_values"]["answer"] == "yes"
     assert _head(waiting).checkpoint["channel_values"].get("answer") is None  # t still waits
+    # once the fork ran on, the page still says where it came from (it forgot)
+    after = client.get("/api/thread", params={"thread": "copy"}).json()
+    source = _before_ask(waiting)
+    assert (after["forked_from_thread"], after["forked_from_checkpoint"]) == ("t", source)
+    page = client.get("/thread", params={"thread": "copy"}).text
+    assert f'href="/checkpoint?thread=t&amp;id={source}"' in page
 
 
 def test_fork_takes_a_checkpoint_reference(client: Any, waiting: Dataset) -> None:
@@ -185,6 +208,15 @@ def test_a_node_that_raises_is_a_page_saying_the_thread_kept_its_step(
     assert "the graph raised IndexError" in response.text
     assert "keeps its last completed step" in response.text
     assert _head(waiting).metadata["source"] == "fork"
+    # the thread and the interrupts pages say which node raised what (they said nothing)
+    page = client.get("/thread", params={"thread": "t"}).text
+    assert 'id="failed"' in page
+    assert '<span class="node-name failed">ask</span>: <code class="message">IndexError(' in page
+    data = client.get("/api/thread", params={"thread": "t"}).json()
+    [failure] = data["failures"]
+    assert (failure["node"], failure["error"].split("(")[0]) == ("ask", "IndexError")
+    listed = client.get("/interrupts").text
+    assert 'ask raised <code class="message">IndexError(' in listed
 
 
 @pytest.mark.parametrize(

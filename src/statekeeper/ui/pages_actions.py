@@ -18,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 
 from statekeeper.errors import ConfigurationError, StatekeeperError
 from statekeeper.threads import claim_holder, list_threads, summarize
-from statekeeper.ui.pages_threads import interrupt_values
+from statekeeper.ui.pages_threads import failures, interrupt_values
 from statekeeper.ui.render import Page, json_response, url, wants_json
 from statekeeper.ui.values import plain, split_channels
 
@@ -52,7 +52,11 @@ def interrupts(inspector: Inspector, request: Request, form: Form) -> Page:
         summary = summarize(tup, holder=claim_holder(inspector.saver, thread_id))
         if summary.status not in _RESUMABLE:
             continue
-        row = {**plain(summary), "interrupts": interrupt_values(tup)}
+        row = {
+            **plain(summary),
+            "interrupts": interrupt_values(tup),
+            "failures": failures(inspector.saver, tup),
+        }
         (waiting if summary.status == "interrupted" else unfinished).append(row)
     data = {"waiting": waiting, "unfinished": unfinished, "unreadable": unreadable}
     return Page("interrupts.html", data, title="Interrupts")
@@ -99,12 +103,16 @@ def _ran_graph(call: Any) -> Any:
         return Page("error.html", data, status=500, title="The graph raised")
 
 
-def _done(request: Request, result: Any, thread_id: str) -> Page | Response:
+def _done(request: Request, form: Form, result: Any, thread_id: str, did: str) -> Page | Response:
+    """The run's result as JSON, or the thread's page, which says what was ``did`` (one
+    of :data:`~statekeeper.ui.pages_threads.DONE`) and, for a form sent from the
+    interrupts page, links back to it."""
     if isinstance(result, Page):
         return result
     if wants_json(request):
         return json_response(result)
-    return RedirectResponse(url("/thread", thread=thread_id), status_code=303)
+    back = "interrupts" if form.text("back") == "interrupts" else None
+    return RedirectResponse(url("/thread", thread=thread_id, did=did, back=back), status_code=303)
 
 
 def resume(inspector: Inspector, request: Request, form: Form) -> Page | Response:
@@ -122,7 +130,7 @@ def resume(inspector: Inspector, request: Request, form: Form) -> Page | Respons
         result = _ran_graph(lambda: runner.resume(thread_id, answer=answer, graph_ref=ref))
     else:
         result = _ran_graph(lambda: runner.resume(thread_id, graph_ref=ref))
-    return _done(request, result, thread_id)
+    return _done(request, form, result, thread_id, "answered" if answering else "resumed")
 
 
 def _edited_values(inspector: Inspector, form: Form, thread_id: str, checkpoint_id: str) -> Any:
@@ -174,4 +182,4 @@ def fork(inspector: Inspector, request: Request, form: Form) -> Page | Response:
         graph_ref=inspector.options.graph_ref,
         values=values,
     )
-    return _done(request, result, result.thread_id)
+    return _done(request, form, result, result.thread_id, "forked")

@@ -9,12 +9,14 @@ is listed with the error instead of failing the page.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statekeeper._storage.serde import skeleton_reader
+from statekeeper.checkpointers.base import Checkpointer
 from statekeeper.errors import ConfigurationError, StatekeeperError, ThreadNotFoundError
 from statekeeper.refs import readable_checkpoints
 from statekeeper.threads import (
@@ -34,9 +36,13 @@ if TYPE_CHECKING:
 
     from statekeeper.ui.app import Form, Inspector
 
-__all__ = ["Row", "interrupt_values", "parse_metadata", "thread", "threads"]
+__all__ = ["DONE", "Row", "failures", "interrupt_values", "parse_metadata", "thread", "threads"]
 
 PAGE_SIZE = 50
+_ERROR = "__error__"  # the channel of a task's error write (LangGraph's ERROR)
+_FORKED_FROM_THREAD = "statekeeper_forked_from_thread"  # the runner's fork metadata
+_FORKED_FROM = "statekeeper_forked_from"
+DONE = ("answered", "resumed", "forked")  # what an action did, as a thread's page says it
 MAX_PAGE_SIZE = 500
 
 
@@ -132,7 +138,8 @@ def threads(inspector: Inspector, request: Request, form: Form) -> Page:
 def thread(inspector: Inspector, request: Request, form: Form) -> Page:
     """A thread: its head, and every checkpoint of every namespace as a tree; a damaged
     checkpoint is left out of the tree and named beside it, so the rest still shows."""
-    thread_id = request.query_params.get("thread")
+    params = request.query_params
+    thread_id = params.get("thread")
     if thread_id is None:
         raise ConfigurationError("which thread? pass ?thread=ID")
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
@@ -147,17 +154,56 @@ def thread(inspector: Inspector, request: Request, form: Form) -> Page:
     head = max(root, key=lambda t: t.checkpoint["id"]) if root else None
     if head is not None:  # read whole: what its interrupts ask may be any object
         head = inspector.saver.get_tuple(head.config) or head
-    metadata = head.metadata if head is not None else {}
+    # the fork that made this thread: the checkpoint it wrote names the source (those the
+    # runs after it wrote do not), and is the newest that does (a copied history may hold
+    # older forks' too)
+    forks = [t for t in root if t.metadata.get(_FORKED_FROM_THREAD) is not None]
+    fork = max(forks, key=lambda t: t.checkpoint["id"]).metadata if forks else {}
     data = {
         "thread_id": thread_id,
         "summary": thread_summary(inspector.saver, thread_id) if head is not None else None,
         "interrupts": interrupt_values(head) if head is not None else [],
-        "forked_from_thread": metadata.get("statekeeper_forked_from_thread"),
+        "failures": failures(inspector.saver, head) if head is not None else [],
+        # what the action that led here did, and the page it was sent from
+        "did": params.get("did") if params.get("did") in DONE else None,
+        "back": "interrupts" if params.get("back") == "interrupts" else None,
+        "forked_from_thread": fork.get(_FORKED_FROM_THREAD),
+        "forked_from_checkpoint": fork.get(_FORKED_FROM),
         "namespaces": [ns.to_json() for ns in namespaces],
         # left out of the tree, each with what `statekeeper verify` reports for it
         "damaged": [dataclasses.asdict(exc.damage) for exc in damaged],
     }
     return Page("thread.html", data, context={"trees": namespaces}, title=f"Thread {thread_id}")
+
+
+def failures(saver: Any, tup: Any) -> list[dict[str, Any]]:
+    """What the tasks of ``tup``'s step raised, as LangGraph stored it (the error's
+    ``repr``), each with its node when the checkpointer keeps the task's path
+    (statekeeper's do; ``None`` otherwise)."""
+    writes = tup.pending_writes or ()
+    errors = [(task, value) for task, channel, value in writes if channel == _ERROR]
+    if not errors:
+        return []
+    paths: dict[str, str] = {}
+    # the node is a nicety: the error itself is what matters, so a failed read is none
+    with contextlib.suppress(StatekeeperError, NotImplementedError):
+        if isinstance(saver, Checkpointer):
+            paths = {w.task_id: w.task_path for w in saver.get_writes(tup.config)}
+    return [
+        {
+            "task_id": task_id,
+            "node": _pulled_node(paths.get(task_id, "")),
+            "error": value if isinstance(value, str) else plain(value),
+        }
+        for task_id, value in errors
+    ]
+
+
+def _pulled_node(path: str) -> str | None:
+    """The node of a task path ``"~__pregel_pull, NODE"`` (a node its trigger ran);
+    ``None`` for a ``Send`` task or an unknown path."""
+    prefix = "~__pregel_pull, "
+    return path[len(prefix) :] if path.startswith(prefix) else None
 
 
 def interrupt_values(tup: Any) -> list[dict[str, Any]]:
