@@ -51,10 +51,12 @@ __all__ = [
     "MAX_REF",
     "MIN_PREFIX",
     "SHORT_ID",
+    "namespaces_text",
     "parent_id",
     "readable_checkpoints",
     "resolve_checkpoint",
     "short_ids",
+    "thread_namespaces",
 ]
 
 MIN_PREFIX = 4
@@ -168,6 +170,20 @@ def short_ids(ids: Iterable[str], *, minimum: int = SHORT_ID) -> dict[str, str]:
             cut = full[: length + 1]
         shown[full] = cut
     return shown
+
+
+def thread_namespaces(saver: BaseCheckpointSaver[Any], thread_id: str) -> list[str]:
+    """The namespaces ``thread_id`` has checkpoints in, sorted (the root graph's ``""``
+    first); listed without building the checkpoints' values."""
+    listed = skeleton_reader(saver).list({"configurable": {"thread_id": thread_id}})
+    return sorted({tup.config["configurable"].get("checkpoint_ns", "") for tup in listed})
+
+
+def namespaces_text(namespaces: list[str], *, most: int = 5) -> str:
+    """``namespaces`` for a message: ``'' (the root graph), 'sub:1'``, at most ``most``."""
+    shown = ", ".join(repr(ns) if ns else "'' (the root graph)" for ns in namespaces[:most])
+    more = f" and {len(namespaces) - most} more" if len(namespaces) > most else ""
+    return shown + more
 
 
 def parent_id(tup: CheckpointTuple) -> str | None:

@@ -365,6 +365,17 @@ def test_the_graph_page_says_when_it_draws_another_graph_than_the_threads(
     assert 'id="graph-mismatch"' not in _page(own, "/graph", thread="waiting")
 
 
+def test_an_unknown_namespace_of_a_thread_is_said_as_such(client: Any) -> None:
+    """It said "no thread 'waiting' (namespace 'nope')", of a thread that exists."""
+    response = client.get("/checkpoint", params={"thread": "waiting", "ns": "nope"})
+    assert response.status_code == 404
+    said = "no namespace 'nope' in thread 'waiting'; it has '' (the root graph), 'research:"
+    assert said.replace("'", "&#39;") in response.text
+    gone = client.get("/checkpoint", params={"thread": "nope", "ns": "x"})
+    assert gone.status_code == 404
+    assert "no thread &#39;nope&#39;" in gone.text
+
+
 def test_memory_shows_namespaces_and_stats(client: Any) -> None:
     data = _api(client, "/memory")
     assert list(NOTES_NS) in data["namespaces"]

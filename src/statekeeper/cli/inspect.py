@@ -274,15 +274,14 @@ def _checkpoint(saver: Any, args: argparse.Namespace, ref: str | None) -> Any:
 def _not_found(saver: Any, args: argparse.Namespace) -> ThreadNotFoundError:
     """``args.thread`` has no checkpoint in namespace ``--ns``: the thread is missing,
     or (when it has checkpoints in others) the namespace, said with those it has."""
-    every = saver.list({"configurable": {"thread_id": args.thread}})  # no ns: all of them
-    namespaces = sorted({tup.config["configurable"].get("checkpoint_ns", "") for tup in every})
+    from statekeeper.refs import namespaces_text, thread_namespaces
+
+    namespaces = thread_namespaces(saver, args.thread)
     if not namespaces:
         return not_found(args.db, args.thread)
-    shown = ", ".join(repr(ns) if ns else "'' (the root graph)" for ns in namespaces[:5])
-    more = f" and {len(namespaces) - 5} more" if len(namespaces) > 5 else ""
     return ThreadNotFoundError(
         f"no namespace {args.ns!r} in thread {args.thread!r} in {redact(args.db)}; it has "
-        f"{shown}{more}"
+        f"{namespaces_text(namespaces)}"
     )
 
 

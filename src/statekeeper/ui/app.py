@@ -47,7 +47,7 @@ from statekeeper.errors import (
     ThreadExistsError,
     ThreadNotFoundError,
 )
-from statekeeper.refs import resolve_checkpoint
+from statekeeper.refs import namespaces_text, resolve_checkpoint, thread_namespaces
 from statekeeper.ui import pages_actions, pages_checkpoint, pages_graph, pages_memory, pages_threads
 from statekeeper.ui.render import Page, environment, respond
 from statekeeper.ui.security import LOOPBACK_HOSTS, Guard, GuardSettings
@@ -149,12 +149,16 @@ class Inspector:
         if checkpoint_id:
             return resolve_checkpoint(self.saver, thread_id, checkpoint_id, ns=ns)
         tup = self.saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
-        if tup is None:
+        if tup is not None:
+            return tup
+        namespaces = thread_namespaces(self.saver, thread_id) if ns else []
+        if namespaces:  # the thread is there, in other namespaces: say which
             raise ThreadNotFoundError(
-                f"no thread {thread_id!r}" + (f" (namespace {ns!r})" if ns else ""),
+                f"no namespace {ns!r} in thread {thread_id!r}; it has "
+                f"{namespaces_text(namespaces)}",
                 thread_id=thread_id,
             )
-        return tup
+        raise ThreadNotFoundError(f"no thread {thread_id!r}", thread_id=thread_id)
 
     def respond(self, request: Request, page: Page) -> Response:
         common = {
