@@ -266,6 +266,27 @@ def test_demo_runs_end_to_end_under_its_own_redis_prefix_and_cleans_up(tmp_path:
     assert left == []  # the demo deleted every key it wrote
 
 
+def test_the_demo_outside_a_checkout_says_so_and_touches_nothing(tmp_path: Path) -> None:
+    """Run where its example agent cannot be imported (an installed statekeeper), the
+    demo emptied its folder, printed the load error of its first run and went on."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STATEKEEPER_DB")}
+    env["PYTHONPATH"] = str(ROOT / "src")  # statekeeper importable, examples/ not
+    done = subprocess.run(
+        [sys.executable, "-m", "statekeeper", "demo", "--workdir", "demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert "not importable here: run it in the checkout's root (make demo)" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_demo_keeps_a_prefix_the_url_names() -> None:
     from statekeeper.cli.demo import own_prefix
 

@@ -34,12 +34,13 @@ import uuid
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from statekeeper.cli._common import Commands
+from statekeeper.cli._common import CommandError, Commands
 from statekeeper.errors import StatekeeperError, StorageNotFoundError
 
 __all__ = ["add_demo", "run_demo"]
 
 THREAD = "ticket-1042"
+DEFAULT_GRAPH = "examples.approval_agent:graph"  # examples/ of a checkout
 QUESTION = {"messages": [{"role": "user", "content": "Where is my order 1042?"}]}
 # the demo deletes its keys when it is done; they also expire after an hour, should it
 # be killed before that
@@ -59,13 +60,26 @@ def add_demo(commands: Commands) -> None:
         ),
     )
     sub.add_argument("--workdir", default=".statekeeper/demo", help="where the demo stores state")
-    sub.add_argument("--graph", default="examples.approval_agent:graph", help="the agent graph")
+    sub.add_argument("--graph", default=DEFAULT_GRAPH, help="the agent graph")
     sub.add_argument("--redis", metavar="URL", help="also copy to this Redis (default: try local)")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """The walkthrough above, in ``--workdir`` (emptied first); exits 0 when every step
-    did what it should."""
+    did what it should. A graph that cannot be loaded stops it before anything is done."""
+    from statekeeper.errors import GraphLoadError
+    from statekeeper.graphs import load_graph
+
+    try:
+        load_graph(args.graph)  # as the demo's runs will, from the current directory
+    except GraphLoadError as exc:
+        if args.graph != DEFAULT_GRAPH or exc.reason != "module":
+            raise
+        raise CommandError(
+            f"the demo's agent is {DEFAULT_GRAPH} (examples/approval_agent.py of a "
+            "statekeeper checkout), not importable here: run it in the checkout's root "
+            "(make demo), or name another graph with --graph"
+        ) from None
     return run_demo(workdir=Path(args.workdir), graph_ref=args.graph, redis_url=args.redis)
 
 
