@@ -245,6 +245,20 @@ def test_a_checkpoint_shows_state_chat_diff_writes_and_metadata(
     assert "appended" in text
 
 
+def test_a_checkpoint_links_to_the_history_and_the_newest(
+    client: Any, dataset: Dataset
+) -> None:
+    head = _api(client, "/checkpoint", thread="done")
+    assert head["head_id"] == dataset.done_head
+    text = _page(client, "/checkpoint", thread="done")
+    assert '<a href="/thread?thread=done#ns-root">history</a>' in text
+    assert 'id="to-head" href="/checkpoint?thread=done">newest (this one)</a>' in text
+    older = _api(client, "/checkpoint", thread="done", id=head["parent_id"])
+    assert older["head_id"] == dataset.done_head
+    text = _page(client, "/checkpoint", thread="done", id=head["parent_id"])
+    assert 'id="to-head" href="/checkpoint?thread=done">newest</a>' in text
+
+
 def test_a_diff_against_any_chosen_checkpoint(client: Any, dataset: Dataset) -> None:
     data = _api(client, "/checkpoint", thread="forked", against=dataset.fork_source)
     assert data["diff"]["against"] == dataset.fork_source

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.checkpoint.base import CheckpointTuple
 
+from statekeeper._storage.serde import skeleton_reader
 from statekeeper.errors import ConfigurationError, StatekeeperError
 from statekeeper.threads import diff_values, pending_nodes
 from statekeeper.ui.pages_threads import interrupt_values
@@ -105,11 +106,16 @@ def checkpoint(inspector: Inspector, request: Request, form: Form) -> Page:
     changes = [channel_change(change, old_state) for change in diff_values(old_state, state)]
     metadata = dict(tup.metadata or {})
     graph_ref = inspector.options.graph_ref or metadata.get("statekeeper_graph")
+    # the newest checkpoint here, for a link to it: its id is all that is needed
+    newest = skeleton_reader(inspector.saver).get_tuple(
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    )
     data = {
         "thread_id": thread_id,
         "checkpoint_ns": ns,
         "checkpoint_id": tup.checkpoint["id"],
         "parent_id": _parent_id(tup),
+        "head_id": newest.checkpoint["id"] if newest is not None else None,
         "ts": tup.checkpoint["ts"],
         "metadata": plain(metadata),
         "next": list(pending_nodes(tup.checkpoint)),
@@ -126,6 +132,7 @@ def checkpoint(inspector: Inspector, request: Request, form: Form) -> Page:
         "graph": graph_ref if isinstance(graph_ref, str) else None,
     }
     context = {
+        "is_head": newest is not None and newest.checkpoint["id"] == tup.checkpoint["id"],
         "chats": {name: chat for name, value in state.items() if (chat := as_chat(value))},
         "sizes": {name: size_of(value) for name, value in state.items()},
         "state_json": dumps(state) if inspector.write else "",
