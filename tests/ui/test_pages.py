@@ -245,9 +245,7 @@ def test_a_checkpoint_shows_state_chat_diff_writes_and_metadata(
     assert "appended" in text
 
 
-def test_a_checkpoint_links_to_the_history_and_the_newest(
-    client: Any, dataset: Dataset
-) -> None:
+def test_a_checkpoint_links_to_the_history_and_the_newest(client: Any, dataset: Dataset) -> None:
     head = _api(client, "/checkpoint", thread="done")
     assert head["head_id"] == dataset.done_head
     text = _page(client, "/checkpoint", thread="done")
