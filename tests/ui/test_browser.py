@@ -182,9 +182,12 @@ def test_answering_an_interrupt_continues_the_thread(page: Any, base: str) -> No
     form = page.locator("li.waiting-thread", has=page.locator("a.tid >> text=waiting"))
     form.locator("textarea[name=answer]").fill("yes")
     form.locator("button[type=submit]").click()
-    page.wait_for_url(f"{base}/thread?thread=waiting")
+    page.wait_for_url(f"{base}/thread?thread=waiting&did=answered&back=interrupts")
     assert page.locator("dl.facts .status").inner_text() == "done"
     assert page.locator("#waiting").count() == 0
+    said = page.locator("#did").inner_text()
+    assert said.startswith("Answered and resumed: the thread is now done.")
+    assert page.locator("#did a").get_attribute("href") == "/interrupts"
     page.goto(f"{base}/checkpoint?thread=waiting")
     assert "(reply sent)" in page.locator("ol.chat").inner_text()
     assert page.dialogs == []
