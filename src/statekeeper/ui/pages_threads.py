@@ -22,8 +22,10 @@ from statekeeper.refs import readable_checkpoints
 from statekeeper.threads import (
     STATUSES,
     ThreadSummary,
+    claim_holder,
     interrupts,
     page_threads,
+    summarize,
     thread_summary,
 )
 from statekeeper.ui.render import Page
@@ -39,11 +41,11 @@ if TYPE_CHECKING:
 __all__ = ["DONE", "Row", "failures", "interrupt_values", "parse_metadata", "thread", "threads"]
 
 PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+DONE = ("answered", "resumed", "forked")  # what an action did, as a thread's page says it
 _ERROR = "__error__"  # the channel of a task's error write (LangGraph's ERROR)
 _FORKED_FROM_THREAD = "statekeeper_forked_from_thread"  # the runner's fork metadata
 _FORKED_FROM = "statekeeper_forked_from"
-DONE = ("answered", "resumed", "forked")  # what an action did, as a thread's page says it
-MAX_PAGE_SIZE = 500
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,11 @@ def thread(inspector: Inspector, request: Request, form: Form) -> Page:
     fork = max(forks, key=lambda t: t.checkpoint["id"]).metadata if forks else {}
     data = {
         "thread_id": thread_id,
-        "summary": thread_summary(inspector.saver, thread_id) if head is not None else None,
+        "summary": (
+            summarize(head, holder=claim_holder(inspector.saver, thread_id))
+            if head is not None
+            else None
+        ),
         "interrupts": interrupt_values(head) if head is not None else [],
         "failures": failures(inspector.saver, head) if head is not None else [],
         # what the action that led here did, and the page it was sent from
