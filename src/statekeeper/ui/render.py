@@ -6,12 +6,15 @@ else the template needs. :func:`respond` answers with JSON when the path is unde
 
 The templates are rendered with autoescaping on for every template, so a stored string
 (a thread id, metadata, a message) is always text; ``ident`` also makes invisible and
-bidirectional-override characters visible, so a thread id cannot pass for another, and
-every page's title shows them with the same marks (:func:`marked`).
+bidirectional-override characters, and spaces HTML would collapse or hide, visible, so a
+thread id cannot pass for another, and every page's title shows them with the same marks
+(:func:`marked`). Times show their zone (:func:`when`), and ``time`` wraps them in a
+``<time>`` element whose ``datetime`` is the stored value.
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import unicodedata
 from dataclasses import dataclass, field
@@ -28,6 +31,8 @@ from statekeeper.ui.values import dumps, plain
 __all__ = ["Page", "environment", "json_response", "respond", "url", "wants_json"]
 
 _SHOWN_AS_CODE = {"Cc", "Cf", "Co", "Cs", "Zl", "Zp"}  # control, format (bidi), private...
+# letters and symbols drawn as blank space, which an id could hold in place of a space
+_BLANK = {"\u115f", "\u1160", "\u2800", "\u3164", "\uffa0"}
 
 
 @dataclass
@@ -84,6 +89,7 @@ def environment() -> jinja2.Environment:
         ident=ident,
         json=lambda value, indent=2: dumps(value, indent=indent),
         when=when,
+        time=time_tag,
         bytes=human_bytes,
         signed=lambda number: f"{number:+,}",
         short=short,
@@ -92,18 +98,37 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def _mark(char: str) -> str | None:
-    """``U+202E`` for a control, format (bidi overrides, zero-width) or line-separator
-    character, which would act instead of show; ``None`` for any other."""
-    return f"U+{ord(char):04X}" if unicodedata.category(char) in _SHOWN_AS_CODE else None
+def _marks(text: str) -> list[tuple[str, str | None]]:
+    """Each character of ``text`` with its mark (``"U+202E"``), or ``None`` for one shown
+    as itself. Marked: control, format (bidi overrides, zero-width), private-use and
+    line-separator characters, which would act instead of show; every space but the ASCII
+    one (no-break, en, ideographic...) and letters drawn blank, which look like it or like
+    nothing; and ASCII spaces that HTML would collapse or hide: leading, trailing, or two
+    and more in a row. A single ASCII space between two other characters is itself."""
+    last = len(text) - 1
+    found: list[tuple[str, str | None]] = []
+    for index, char in enumerate(text):
+        if char == " ":
+            alone = 0 < index < last and text[index - 1] != " " and text[index + 1] != " "
+            found.append((char, None if alone else "U+0020"))
+        elif unicodedata.category(char) in _SHOWN_AS_CODE or _blank(char):
+            found.append((char, f"U+{ord(char):04X}"))
+        else:
+            found.append((char, None))
+    return found
+
+
+def _blank(char: str) -> bool:
+    return unicodedata.category(char) == "Zs" or char in _BLANK
 
 
 def ident(value: Any) -> Markup:
-    """``value`` as escaped text, with control, format (bidi overrides, zero-width) and
-    line-separator characters shown as ``<U+202E>`` marks instead of acting."""
+    """``value`` as escaped text, with the characters :func:`_marks` marks shown as
+    ``<U+202E>`` marks instead of acting, or of looking like another: control, format
+    (bidi overrides, zero-width) and line-separator characters, spaces other than ASCII's,
+    and ASCII spaces leading, trailing or in a run, so ``"a b"`` and ``"a  b"`` differ."""
     parts = []
-    for char in str(value):
-        mark = _mark(char)
+    for char, mark in _marks(str(value)):
         if mark is None:
             parts.append(escape(char))
         else:
@@ -114,7 +139,7 @@ def ident(value: Any) -> Markup:
 def marked(value: Any) -> str:
     """``value`` as plain text with the marks of :func:`ident` (``<U+202E>``), for where
     no markup can go: a page's ``<title>``, which tabs and the history show."""
-    return "".join(f"<{mark}>" if (mark := _mark(char)) else char for char in str(value))
+    return "".join(char if mark is None else f"<{mark}>" for char, mark in _marks(str(value)))
 
 
 def url(path: str, **params: Any) -> str:
@@ -133,10 +158,48 @@ def nsname(ns: str) -> str:
     return ns or "(root graph)"
 
 
+def _moment(ts: Any) -> datetime.datetime | None:
+    """``ts`` as a datetime: a datetime, or ISO 8601 text with a time of day; else ``None``."""
+    if isinstance(ts, datetime.datetime):
+        return ts
+    if not isinstance(ts, str) or len(ts.strip()) <= 10:  # a date alone is no moment
+        return None
+    try:
+        return datetime.datetime.fromisoformat(ts.strip())
+    except ValueError:
+        return None
+
+
 def when(ts: Any) -> str:
-    """An ISO 8601 time, shortened to the second (``2025-01-02 10:11:12``)."""
-    text = str(ts or "")
-    return text[:19].replace("T", " ") if len(text) >= 19 else text
+    """An ISO 8601 time to the second, with its zone: ``2025-01-02 10:11:12 UTC`` when
+    its offset is zero (LangGraph writes UTC), else the offset (``... 10:11:12 +02:00``);
+    a time stored without an offset is shown without one, and anything that is not a time
+    as it is. The exact value is for :func:`time_tag`'s ``datetime``, or the JSON."""
+    moment = _moment(ts)
+    if moment is None:
+        return str(ts or "")
+    text = moment.strftime("%Y-%m-%d %H:%M:%S")
+    offset = moment.utcoffset()
+    if offset is None:
+        return text
+    if not offset:
+        return f"{text} UTC"
+    seconds = int(offset.total_seconds())
+    sign = "-" if seconds < 0 else "+"
+    hours, rest = divmod(abs(seconds), 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{text} {sign}{hours:02d}:{minutes:02d}" + (f":{seconds:02d}" if seconds else "")
+
+
+def time_tag(ts: Any) -> Markup:
+    """``<time datetime="STORED">`` around :func:`when`'s text: the page shows the time to
+    the second with its zone, the ``datetime`` attribute (and a tooltip) has the exact
+    stored value. Anything that is not a time is shown as text, without the element."""
+    moment = _moment(ts)
+    if moment is None:
+        return escape(when(ts))
+    exact = ts.strip() if isinstance(ts, str) else moment.isoformat()
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(exact, exact, when(ts))
 
 
 def short(value: Any, limit: int = 120) -> str:
