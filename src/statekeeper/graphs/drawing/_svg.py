@@ -27,11 +27,12 @@ MARKS = ("current", "next")
 
 _NODE = {"fill": "#f2f0ff", "stroke": "#6d5dd3", "stroke-width": "1.2"}
 _KIND = {"start": {"fill": "#ffffff"}, "end": {"fill": "#bfb6fc"}, "node": {}}
+# the inspector's colours for the same marks: green for what ran, amber for what is next
 _MARK = {
-    "current": {"fill": "#fde68a", "stroke": "#b45309", "stroke-width": "2.5"},
+    "current": {"fill": "#bbf7d0", "stroke": "#15803d", "stroke-width": "2.5"},
     "next": {
-        "fill": "#bbf7d0",
-        "stroke": "#15803d",
+        "fill": "#fde68a",
+        "stroke": "#b45309",
         "stroke-width": "2.5",
         "stroke-dasharray": "6 3",
     },
