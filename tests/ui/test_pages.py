@@ -245,6 +245,16 @@ def test_a_checkpoint_shows_state_chat_diff_writes_and_metadata(
     assert "appended" in text
 
 
+def test_a_threads_page_links_to_its_head_in_the_history(client: Any, dataset: Dataset) -> None:
+    """The history runs oldest first: a long thread's head was pages down, unlinked."""
+    text = _page(client, "/thread", thread="forked")
+    assert '<a href="#head">in the history ↓</a>' in text
+    assert text.count(' id="head"') == 1  # the root graph's head only
+    head = re.search(r'<li class="cp head[^"]*" id="head" data-checkpoint="([^"]+)"', text)
+    assert head is not None
+    assert head.group(1) == _api(client, "/thread", thread="forked")["namespaces"][0]["head"]
+
+
 def test_a_checkpoint_links_to_the_history_and_the_newest(client: Any, dataset: Dataset) -> None:
     head = _api(client, "/checkpoint", thread="done")
     assert head["head_id"] == dataset.done_head
