@@ -17,6 +17,7 @@ a note, and recall and compaction events in two time windows.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -198,3 +199,36 @@ def flip_byte(path: Path, at: int = -30) -> None:
     data = bytearray(path.read_bytes())
     data[at] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+# -- the browser tests' Chromium (Debian's; never one Playwright downloads) ---------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the browser tests must run)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install -e '.[dev]')")
+    if not CHROMIUM.exists():
+        _unavailable(f"no {CHROMIUM}: apt-get install chromium chromium-driver")
+    with sync_playwright() as driver:
+        yield driver

@@ -23,38 +23,17 @@ from statekeeper.checkpointers import open_checkpointer
 from statekeeper.memory.store import open_store
 from statekeeper.ui import UIOptions, create_app
 from statekeeper.ui.server import Background, bind
-from tests.ui.conftest import HOSTILE_ID, HOSTILE_TEXT, TOKEN, populate_store, populate_threads
+from tests.ui.conftest import (
+    ARGS,
+    CHROMIUM,
+    HOSTILE_ID,
+    HOSTILE_TEXT,
+    TOKEN,
+    populate_store,
+    populate_threads,
+)
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SHOTS = os.environ.get("STATEKEEPER_UI_SCREENSHOTS")
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the browser tests must run)")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install -e '.[dev]')")
-    if not CHROMIUM.exists():
-        _unavailable(f"no {CHROMIUM}: apt-get install chromium chromium-driver")
-    with sync_playwright() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ from statekeeper.ui.render import ident, marked, time_tag, when
 from statekeeper.ui.server import Background, bind
 from tests.conftest import BACKENDS, Backend
 from tests.ui.conftest import (
+    ARGS,
+    CHROMIUM,
     QUESTION,
     REF,
     TOKEN,
@@ -37,7 +39,6 @@ from tests.ui.conftest import (
     populate_threads,
     store_url,
 )
-from tests.ui.test_browser import ARGS, CHROMIUM, _unavailable
 
 LONG_ID = "L" * 400
 # ids a browser would draw alike if the page let HTML collapse or hide their spaces
@@ -296,18 +297,6 @@ def test_a_bad_metadata_search_under_htmx_is_swapped_into_the_list(client: Any) 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
 LABEL = "sqlite:///" + "/a-rather-long-folder-name" * 4 + "/state.db"
-
-
-@pytest.fixture(scope="module")
-def playwright() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed (pip install -e '.[dev]')")
-    if not CHROMIUM.exists():
-        _unavailable(f"no {CHROMIUM}: apt-get install chromium chromium-driver")
-    with sync_playwright() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")

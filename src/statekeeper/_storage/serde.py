@@ -39,6 +39,7 @@ __all__ = [
     "array_header_length",
     "check_extensions",
     "element_count",
+    "msgpack_reader",
     "safe_serde",
     "skeleton_reader",
     "too_deep",
@@ -279,27 +280,33 @@ def skeleton_reader(saver: S) -> S:
     (ids, metadata, versions, the values that say where the graph stands: triggers,
     ``Send`` packets, join barriers) reads as ``saver`` reads it. Building a long chat's
     messages is most of what reading its history costs, and a thread's tree or a
-    reference such as ``@5`` needs none of them. Nothing is written through the copy.
-    (Copies with another serializer are how LangGraph applies its msgpack allowlist, so
-    every saver has them.)"""
-    reader = copy.copy(saver)
-    reader.serde = _Skeleton(saver.serde)
-    return reader
+    reference such as ``@5`` needs none of them."""
+    return msgpack_reader(saver, _SKELETON)
 
 
-class _Skeleton:
-    """A serializer that reads msgpack payloads with their objects left unbuilt."""
+def msgpack_reader(saver: S, reader: SerializerProtocol) -> S:
+    """A copy of ``saver`` whose msgpack payloads ``reader`` reads (others, such as an
+    encrypted one, the saver's own serde), and that writes nothing. (Copies with another
+    serializer are how LangGraph applies its msgpack allowlist, so every saver has them.)"""
+    copied = copy.copy(saver)
+    copied.serde = _MsgpackBy(reader, saver.serde)
+    return copied
 
-    def __init__(self, inner: SerializerProtocol) -> None:
+
+class _MsgpackBy:
+    """A serializer that reads msgpack payloads with another one, and writes nothing."""
+
+    def __init__(self, msgpack: SerializerProtocol, inner: SerializerProtocol) -> None:
+        self._msgpack = msgpack
         self._inner = inner
 
     def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        raise TypeError("a skeleton reader does not write")
+        raise TypeError("a reader made by msgpack_reader does not write")
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
         if data[0] == "msgpack":
-            return _SKELETON.loads_typed(data)
-        return self._inner.loads_typed(data)  # an encrypted payload, JSON, bytes...
+            return self._msgpack.loads_typed(data)
+        return self._inner.loads_typed(data)
 
 
 def _unbuilt(hook: Any) -> Any:

@@ -9,7 +9,6 @@ copies ``versions_seen`` and every channel LangGraph triggers nodes with
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -30,6 +29,7 @@ from langgraph.pregel._task_status import read_task_statuses
 from langgraph.types import Interrupt
 from pydantic import BaseModel
 
+from statekeeper._storage.serde import msgpack_reader
 from statekeeper.checkpointers.base import Checkpointer
 from statekeeper.transfer.records import new_versions, write_calls
 
@@ -221,26 +221,8 @@ def write_migrated(
 def metadata_reader(saver: BaseCheckpointSaver[Any]) -> BaseCheckpointSaver[Any]:
     """A copy of ``saver`` for reading metadata only: stored values of types outside
     msgpack's built-ins come back as ``None``, so no class is looked up or rebuilt and
-    nothing is logged about types whose module is not imported yet. (Copies with another
-    serializer are how LangGraph applies its msgpack allowlist, so every saver has them.)"""
-    reader = copy.copy(saver)
-    reader.serde = _OpaqueValues(saver.serde)
-    return reader
-
-
-class _OpaqueValues:
-    """A serializer that reads msgpack payloads without rebuilding extension types."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
-        raise TypeError("a metadata reader does not write")
-
-    def loads_typed(self, data: tuple[str, bytes]) -> Any:
-        if data[0] == "msgpack":
-            return _NO_EXTENSIONS.loads_typed(data)
-        return self._inner.loads_typed(data)
+    nothing is logged about types whose module is not imported yet."""
+    return msgpack_reader(saver, _NO_EXTENSIONS)
 
 
 def _no_ext(code: int, data: bytes) -> None:
