@@ -113,13 +113,15 @@ def cmd_history(args: argparse.Namespace) -> int:
     parent, step, source, next nodes, time and metadata. The table shows each id cut to
     the length at which the thread's ids all differ (``statekeeper.refs.short_ids``), a
     prefix every command reads back; ``--json`` keeps the full ids."""
+    from statekeeper._storage.serde import skeleton_reader
     from statekeeper.refs import short_ids
     from statekeeper.threads import pending_nodes
 
     with open_saver(args.db, read_only=True) as saver:
         config = {"configurable": {"thread_id": args.thread, "checkpoint_ns": args.ns}}
-        # every id, not only the --limit shown: a short id must be unique in the thread
-        listed = list(saver.list(config))
+        # every id, not only the --limit shown: a short id must be unique in the thread;
+        # read without building the values' objects, which a row does not show
+        listed = list(skeleton_reader(saver).list(config))
         if not listed:
             raise _not_found(saver, args)
     short = short_ids(t.checkpoint["id"] for t in listed)
