@@ -179,9 +179,11 @@ def _keep(
         needle = match.casefold()
         tests.append(lambda head: needle in head.thread_id.casefold())
     if metadata:
-        members = {
+        from statekeeper._storage.serde import skeleton_reader
+
+        members = {  # a thread id is all that is needed of each: no value is built
             tup.config["configurable"]["thread_id"]
-            for tup in saver.list(None, filter=dict(metadata))
+            for tup in skeleton_reader(saver).list(None, filter=dict(metadata))
         }
         tests.append(lambda head: head.thread_id in members)
     if wanted is not None:

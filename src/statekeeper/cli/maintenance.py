@@ -93,13 +93,15 @@ def _prune_plan(saver: Any, args: argparse.Namespace) -> dict[str, Any]:
     how many would go (``keep_latest`` keeps the newest of each namespace, so at most
     that many go: delta channels may need some ancestors kept). A named thread that
     does not exist raises the not-found error."""
+    from statekeeper._storage.serde import skeleton_reader
     from statekeeper.threads import list_threads
 
     thread_ids = list_threads(saver) if args.all else list(dict.fromkeys(args.threads))
     threads = []
+    counted = skeleton_reader(saver)  # what is counted needs no value built
     for thread_id in thread_ids:
         namespaces: dict[str, int] = {}
-        for tup in saver.list({"configurable": {"thread_id": thread_id}}):
+        for tup in counted.list({"configurable": {"thread_id": thread_id}}):
             ns = tup.config["configurable"].get("checkpoint_ns", "")
             namespaces[ns] = namespaces.get(ns, 0) + 1
         if not namespaces:
