@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import operator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any, TypedDict
 
+import ormsgpack
+import pytest
 from langchain_core.messages import AIMessage, AnyMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Send
 
-from statekeeper._storage.serde import skeleton_reader
+from statekeeper._storage.serde import safe_serde, skeleton_reader
 from statekeeper.checkpointers import open_checkpointer
+from statekeeper.errors import SerializationError
 from statekeeper.threads import pending_nodes
 
 
@@ -85,3 +89,20 @@ def test_a_skeleton_read_is_never_taken_for_the_list_it_read(tmp_path: Path) -> 
         stored = saver.get_tuple(config)
     assert stored is not None
     assert stored.checkpoint["channel_values"]["items"] == [None, None, AIMessage("c", id="3")]
+
+
+@pytest.mark.parametrize(
+    ("data", "what"),
+    [
+        (ormsgpack.packb([1, ormsgpack.Ext(42, b"xyz")]), "code 42"),
+        (ormsgpack.packb({"a": ormsgpack.Ext(3, b"garbage")}), r"\(code 3\)"),
+    ],
+    ids=["unknown-code", "bad-data"],
+)
+def test_a_skeleton_read_refuses_what_a_whole_read_refuses(data: bytes, what: str) -> None:
+    """Objects are left unbuilt, not unread: bytes no write makes are refused, as the
+    checkpointer's own serde refuses them (LangGraph's reads them as None)."""
+    reader = skeleton_reader(SimpleNamespace(serde=safe_serde())).serde
+    for serde in (safe_serde(), reader):
+        with pytest.raises(SerializationError, match=f"holds .*{what}.* refused rather than read"):
+            serde.loads_typed(("msgpack", data))

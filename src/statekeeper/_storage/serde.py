@@ -310,13 +310,16 @@ class _MsgpackBy:
 
 
 def _unbuilt(hook: Any) -> Any:
-    """``hook``, except that pydantic models and numpy arrays, at any depth, are
-    ``None`` (see :func:`_guarded` for the closure cell it recurses through)."""
+    """LangGraph's msgpack extension ``hook``, except that pydantic models and numpy
+    arrays, at any depth, are ``None``, their bytes unread; everything else is refused
+    where :func:`safe_serde` refuses it (an unknown code, an object that cannot be
+    rebuilt: see :func:`_guarded`, whose closure cell this takes over)."""
+    guarded = _guarded(hook)
 
     def unbuilt(code: int, data: bytes) -> Any:
         if code in (EXT_PYDANTIC_V1, EXT_PYDANTIC_V2, EXT_NUMPY_ARRAY):
             return None
-        return hook(code, data)
+        return guarded(code, data)
 
     names = hook.__code__.co_freevars
     if "ext_hook" in names and hook.__closure__ is not None:
@@ -324,7 +327,7 @@ def _unbuilt(hook: Any) -> Any:
     return unbuilt
 
 
-_SKELETON = JsonPlusSerializer(
+_SKELETON = _SafeSerializer(
     allowed_msgpack_modules=None,
     __unpack_ext_hook__=_unbuilt(_create_msgpack_ext_hook(_LoadedDataTypes())),  # type: ignore[arg-type]
 )

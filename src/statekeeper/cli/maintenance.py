@@ -230,14 +230,21 @@ def _empty_note(saver: Any) -> str | None:
 def _read_everything(
     saver: Any, problems: list[dict[str, Any]], named: set[str | None] | None
 ) -> tuple[int, int]:
-    """Load every checkpoint of every thread (which checks every checksum); add what
+    """Load every checkpoint of every thread, its objects left unbuilt
+    (:func:`~statekeeper._storage.serde.skeleton_reader`; loading checks every checksum
+    and parses every payload); add what
     fails to ``problems``, but for the threads in ``named`` (reported already; ``None``:
     none); return how many threads were found and how many checkpoints loaded. The
     threads are found by a scan of every checkpoint, not the thread index: the index is
     one of the records checked. Only when the damage reported stops that scan are they
     those the index lists, so that what was checked is counted."""
+    from statekeeper._storage.serde import skeleton_reader
+
+    # every value rebuilt from its stored pieces and its checksum checked, every payload
+    # parsed, but objects (a chat's messages) not built: they are not what is verified
+    loader = skeleton_reader(saver)
     try:
-        thread_ids = _thread_ids(saver, use_index=bool(named))
+        thread_ids = _thread_ids(loader, use_index=bool(named))
     except StatekeeperError as exc:
         if not named:
             problems.append({"reason": f"cannot list the threads: {exc}"})
@@ -246,7 +253,7 @@ def _read_everything(
     checked = 0
     for done, thread_id in enumerate(thread_ids, 1):
         try:
-            for _ in saver.list({"configurable": {"thread_id": thread_id}}):
+            for _ in loader.list({"configurable": {"thread_id": thread_id}}):
                 checked += 1
         except StatekeeperError as exc:
             if named is None or thread_id not in named:
