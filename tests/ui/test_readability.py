@@ -409,3 +409,25 @@ def test_a_bad_metadata_search_shows_its_error_with_javascript_on(page: Any, bas
     expect(page.locator("#thread-list tr.thread-row")).to_have_count(1)
     expect(error).to_have_count(0)
     assert page.locator("#thread-list").count() == 1
+
+
+def test_a_long_list_and_long_tool_arguments_are_shown_whole_on_demand() -> None:
+    """A list past 500 items ended in "… 700 more" and a tool call's arguments at 400
+    characters, with no way to see the rest on the page."""
+    from statekeeper.ui.render import environment
+
+    env = environment()
+    page = env.from_string('{% from "macros.html" import tree %}{{ tree(v) }}').render(
+        v=[f"item-{i}" for i in range(1200)]
+    )
+    assert "<summary>… 700 more</summary>" in page
+    assert "item-1199" in page
+    from langchain_core.messages import AIMessage
+
+    from statekeeper.ui.values import as_chat
+
+    call = {"name": "f", "args": {"query": "x" * 1000}, "id": "c1"}
+    messages = as_chat([AIMessage("", tool_calls=[call], id="m1")])
+    chat = env.from_string('{% from "macros.html" import chat %}{{ chat(m) }}').render(m=messages)
+    assert 'details class="long-args"' in chat
+    assert "x" * 1000 in chat
