@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import decimal
 import enum
 import io
 import itertools
@@ -12,6 +13,7 @@ import json
 import operator
 import subprocess
 import sys
+import uuid
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, NamedTuple, TypedDict
 
@@ -321,5 +323,7 @@ def test_jsonable_turns_stored_values_into_plain_json() -> None:
     assert jsonable(_Color.RED) == "red"
     assert jsonable(_Level.HIGH) is _Level.HIGH  # a str already: JSON writes its value
     assert jsonable(PurePosixPath("/tmp/x")) == "/tmp/x"
+    assert jsonable(uuid.UUID(int=5)) == "00000000-0000-0000-0000-000000000005"  # no repr
+    assert jsonable(decimal.Decimal("1.10")) == "1.10"  # exact: not a float
     assert jsonable(_Box) == repr(_Box)  # the class, not an instance
     assert jsonable(_Opaque()) == "<opaque>"

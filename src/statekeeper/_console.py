@@ -15,11 +15,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
+import decimal
 import enum
 import json
 import os
 import sys
 import unicodedata
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
@@ -31,7 +33,7 @@ _CELL = 60  # widest table cell before it is cut with an ellipsis
 def jsonable(value: Any) -> Any:
     """``value`` as plain JSON data, for display: messages keep their type, content,
     id and tool calls; models and data classes become their fields; bytes become base64;
-    anything else unknown its ``repr``."""
+    UUIDs and decimals their text; anything else unknown its ``repr``."""
     for applies, convert in _CONVERSIONS:
         if applies(value):
             return convert(value)
@@ -86,6 +88,8 @@ _CONVERSIONS: tuple[tuple[Callable[[Any], bool], Callable[[Any], Any]], ...] = (
         lambda value: value.isoformat(),
     ),
     (_instance_of(enum.Enum), lambda value: jsonable(value.value)),
+    # their text is exact and standard: the repr (UUID('...')) only adds noise
+    (_instance_of(uuid.UUID, decimal.Decimal), str),
     (_instance_of(os.PathLike), os.fspath),
     (_instance_of(bytes), lambda value: {"base64": base64.b64encode(value).decode()}),
     (lambda value: hasattr(value, "_asdict"), lambda value: jsonable(value._asdict())),
