@@ -1,5 +1,7 @@
 """The default serializer, and the checks that keep LangGraph's msgpack from losing data
-silently (used by :mod:`statekeeper._storage.payload` on every write and read).
+silently (used by :mod:`statekeeper._storage.payload` on every write and read); and
+readers that leave stored objects unbuilt, for listings that need none of them
+(:func:`skeleton_reader`).
 
 LangGraph's decoder turns what it cannot read into ``None``: an extension code it does not
 know, a numpy array without numpy, the fields of an object whose nested extension failed.
@@ -271,7 +273,7 @@ def too_deep(exc: BaseException) -> bool:
     return False
 
 
-# -- reading without building (the inspector's tree, checkpoint references) -------------
+# -- reading without building objects (listings that need ids, metadata and progress) ---
 
 
 def skeleton_reader(saver: S) -> S:
