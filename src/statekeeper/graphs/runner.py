@@ -77,7 +77,8 @@ def _check_nodes(graph: Pregel[Any], ref: str, saved: CheckpointTuple, pending: 
     """Refuse to continue ``saved`` with a graph that lacks a node it waits to run
     (``pending``): LangGraph would skip that node without a word, and an answer given to
     its ``interrupt()`` would be spent on nothing."""
-    missing = [node for node in dict.fromkeys(pending) if node not in graph.nodes]
+    # "?": a packet whose node could not be read; LangGraph itself decides about it
+    missing = [n for n in dict.fromkeys(pending) if n != "?" and n not in graph.nodes]
     if not missing:
         return
     thread_id = saved.config["configurable"]["thread_id"]
