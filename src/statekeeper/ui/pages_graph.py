@@ -71,8 +71,12 @@ def graph(inspector: Inspector, request: Request, form: Form) -> Page:
         "ref": ref,
         "named": named,  # the graph the checkpoint names, when it is not the one drawn
         "missing": [],  # nodes that ran or run next, which the drawn graph lacks
-        "command": shlex.join(["statekeeper", "ui", "--db", inspector.options.label or "URL"])
-        + f" --graph {shlex.quote(ref or '')}",
+        # how to draw a graph the page may not import (only for that case)
+        "command": shlex.join(
+            ["statekeeper", "ui", "--db", inspector.options.label or "URL", "--graph", ref]
+        )
+        if stored_only and ref is not None
+        else None,
         "not_imported": stored_only,
         "thread_id": thread_id,
         "checkpoint_id": checkpoint_id,
